@@ -1,0 +1,29 @@
+# Both targets do all set-up on a fresh machine (idempotent; a second run takes seconds).
+SHELL := /bin/bash
+VENV_PY := .venv/bin/python
+STRUCTSERVE := .venv/bin/structserve
+
+.PHONY: setup assets serve test test-unit bench clean
+
+setup:
+	@bash scripts/setup.sh
+
+assets: setup
+	@$(STRUCTSERVE) assets fetch
+
+# Serves the default model (or $STRUCTSERVE_MODEL); honours every STRUCTSERVE_* variable.
+serve: setup
+	@$(STRUCTSERVE) serve
+
+test: assets
+	@$(VENV_PY) -m pytest $(PYTEST_ARGS)
+
+# Milliseconds-fast logic tests only (no engine, no assets).
+test-unit: setup
+	@$(VENV_PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+bench: assets
+	@$(VENV_PY) bench/serve_overhead.py
+
+clean:
+	rm -f .venv

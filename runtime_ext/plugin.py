@@ -1,0 +1,44 @@
+"""Entry point SGLang calls in every process it starts (launcher, scheduler, detokenizer).
+
+``register()`` must be idempotent and cheap: SGLang may call it several times per
+process. Each capability registers itself here; for now the plugin only reports
+itself through the scheduler's internal-state RPC, which is how the service (and
+the tests) prove that our code really runs inside SGLang's scheduler process.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from runtime_ext import __version__
+
+INTERNAL_STATE_KEY = "structserve_runtime_ext"
+_INTERNAL_STATE_TARGET = (
+    "sglang.srt.managers.scheduler_components.internal_state."
+    "SchedulerInternalStateController.get_internal_state"
+)
+_registered_pids: set[int] = set()
+
+
+def plugin_report() -> dict[str, Any]:
+    """What the plugin says about itself in the process that calls this."""
+    return {"version": __version__, "pid": os.getpid(), "registered": os.getpid() in _registered_pids}
+
+
+def _add_report(result: Any, *_args: Any, **_kwargs: Any) -> Any:
+    """AFTER hook: append our report to the scheduler's internal state."""
+    state = getattr(result, "internal_state", None)
+    if isinstance(state, dict):
+        state[INTERNAL_STATE_KEY] = plugin_report()
+    return result
+
+
+def register() -> None:
+    """Register structserve's hooks with SGLang (idempotent per process)."""
+    if os.getpid() in _registered_pids:
+        return
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    HookRegistry.register(_INTERNAL_STATE_TARGET, _add_report, HookType.AFTER)
+    _registered_pids.add(os.getpid())

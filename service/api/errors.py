@@ -1,0 +1,82 @@
+"""The one place errors become HTTP: every error leaves as the OpenAI envelope
+``{"error": {"message", "type", "param", "code"}}``."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from service.errors import ServiceError
+
+log = logging.getLogger(__name__)
+
+
+def error_body(message: str, type_: str, param: str | None, code: str | None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+def service_error_body(exc: ServiceError) -> dict[str, Any]:
+    return error_body(exc.message, exc.type, exc.param, exc.code)
+
+
+def _response(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(status_code=status, content=body, headers=headers)
+
+
+def _validation_body(exc: RequestValidationError) -> dict[str, Any]:
+    """Translate pydantic's first complaint into one message that says what to change."""
+    errors = exc.errors()
+    if not errors:
+        return error_body("invalid request", "invalid_request_error", None, "invalid_request")
+    first = errors[0]
+    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    param = ".".join(loc) or None
+    kind = first.get("type", "")
+    if kind == "json_invalid":
+        ctx = first.get("ctx", {}).get("error", "")
+        message = f"the request body is not valid JSON ({ctx}); send a JSON object"
+        return error_body(message, "invalid_request_error", None, "invalid_json")
+    if kind == "extra_forbidden":
+        message = f"unknown or unsupported parameter '{param}'; remove it"
+        return error_body(message, "invalid_request_error", param, "unsupported_parameter")
+    if kind == "missing":
+        what = f"'{param}' is required" if param else "a JSON request body is required"
+        return error_body(what, "invalid_request_error", param, "missing_required_parameter")
+    where = f"'{param}'" if param else "the request body"
+    message = f"{where}: {first.get('msg', 'invalid value')}"
+    extra = len(errors) - 1
+    if extra:
+        message += f" (and {extra} more problem{'s' if extra > 1 else ''})"
+    return error_body(message, "invalid_request_error", param, "invalid_value")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ServiceError)
+    async def _service(_: Request, exc: ServiceError) -> JSONResponse:
+        if exc.status >= 500:
+            log.error("server error: %s", exc.message)
+        return _response(exc.status, service_error_body(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return _response(400, _validation_body(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        type_ = "invalid_request_error" if exc.status_code < 500 else "server_error"
+        message = str(exc.detail)
+        if exc.status_code == 404:
+            message = "no such route; see /docs for the API (e.g. POST /v1/chat/completions)"
+        return _response(exc.status_code, error_body(message, type_, None, str(exc.status_code)),
+                         headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error")
+        body = error_body(f"internal server error ({type(exc).__name__})", "server_error", None, "internal_error")
+        return _response(500, body)

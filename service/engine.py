@@ -1,0 +1,205 @@
+"""The in-process SGLang engine: lifecycle, generate, stream, abort, KV usage.
+
+This is the only service module that imports sglang. CPU defaults are set here, not
+by the user: ``SGLANG_USE_CPU_ENGINE=1`` (without it SGLang's CPU path dies on a vllm
+import), the ``torch_native`` attention backend and a bounded KV pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+from service.errors import EngineError, InvalidRequestError
+from service.pipeline.types import EngineDelta, EngineOutput, GenerationPlan
+
+log = logging.getLogger(__name__)
+PLUGIN_STATE_KEY = "structserve_runtime_ext"  # runtime_ext.plugin.INTERNAL_STATE_KEY
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    model_path: Path
+    dtype: str = "auto"
+    device: str = "cpu"
+    max_total_tokens: int = 32768
+    page_size: int = 16
+    context_length: int | None = None
+    max_running_requests: int = 64
+    attention_backend: str = "torch_native"
+    random_seed: int = 0
+    log_level: str = "warning"
+
+    def engine_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = dict(
+            model_path=str(self.model_path),
+            dtype=self.dtype,
+            device=self.device,
+            max_total_tokens=self.max_total_tokens,
+            page_size=self.page_size,
+            max_running_requests=self.max_running_requests,
+            attention_backend=self.attention_backend,
+            random_seed=self.random_seed,
+            log_level=self.log_level,
+            incremental_streaming_output=True,
+        )
+        if self.context_length is not None:
+            kwargs["context_length"] = self.context_length
+        return kwargs
+
+
+@dataclass(frozen=True)
+class KVUsage:
+    used_tokens: int
+    capacity_tokens: int
+
+
+def _prepare_process_env(device: str) -> None:
+    if device == "cpu":
+        os.environ["SGLANG_USE_CPU_ENGINE"] = "1"
+
+
+class SGLangEngine:
+    """Owns one ``sglang.Engine``. Construct with ``start`` (blocking: loads the model)."""
+
+    def __init__(self, engine: Any, options: EngineOptions):
+        self._engine = engine
+        self.options = options
+
+    @classmethod
+    def start(cls, options: EngineOptions) -> "SGLangEngine":
+        _prepare_process_env(options.device)
+        import sglang
+
+        log.info("starting SGLang engine: %s", options)
+        engine = sglang.Engine(**options.engine_kwargs())
+        engine.tokenizer_manager.signal_handler_class = _make_signal_handler_class()
+        return cls(engine, options)
+
+    @property
+    def context_length(self) -> int:
+        return int(self._engine.tokenizer_manager.model_config.context_len)
+
+    @property
+    def _tm(self) -> Any:
+        return self._engine.tokenizer_manager
+
+    async def generate(self, plan: GenerationPlan, rid: str) -> EngineOutput:
+        try:
+            out = await self._engine.async_generate(
+                input_ids=list(plan.input_ids), sampling_params=_sampling_params(plan), rid=rid
+            )
+        except asyncio.CancelledError:
+            await self.abort(rid)
+            raise
+        except ValueError as exc:
+            raise InvalidRequestError(f"the engine rejected the request: {exc}") from exc
+        meta = out["meta_info"]
+        return EngineOutput(
+            text=out["text"],
+            finish_reason=_finish_reason(meta),
+            prompt_tokens=int(meta["prompt_tokens"]),
+            completion_tokens=int(meta["completion_tokens"]),
+            cached_tokens=int(meta.get("cached_tokens", 0)),
+        )
+
+    async def stream(self, plan: GenerationPlan, rid: str) -> AsyncIterator[EngineDelta]:
+        """Yield text increments; abort the engine request if the consumer goes away."""
+        finished = False
+        try:
+            gen = await self._engine.async_generate(
+                input_ids=list(plan.input_ids),
+                sampling_params=_sampling_params(plan),
+                rid=rid,
+                stream=True,
+            )
+            async for out in gen:
+                meta = out["meta_info"]
+                reason = _finish_reason(meta) if meta.get("finish_reason") else None
+                finished = reason is not None
+                yield EngineDelta(
+                    text=out["text"],
+                    completion_tokens=int(meta["completion_tokens"]),
+                    prompt_tokens=int(meta["prompt_tokens"]),
+                    cached_tokens=int(meta.get("cached_tokens", 0)),
+                    finish_reason=reason,
+                )
+        except ValueError as exc:
+            raise InvalidRequestError(f"the engine rejected the request: {exc}") from exc
+        finally:
+            if not finished:
+                await self.abort(rid)
+
+    async def abort(self, rid: str) -> None:
+        self._tm.abort_request(rid=rid)
+
+    async def kv_usage(self) -> KVUsage:
+        """Tokens held by running requests (the radix cache's evictable pages excluded)."""
+        loads = await self._tm.get_loads(include=["core", "memory"])
+        load = loads[0]
+        capacity = load.memory.token_capacity if load.memory else self.options.max_total_tokens
+        return KVUsage(used_tokens=int(load.num_used_tokens), capacity_tokens=int(capacity))
+
+    async def plugin_report(self) -> dict[str, Any] | None:
+        """The runtime_ext plugin's report from inside the scheduler process, if loaded."""
+        states = await self._tm.get_internal_state()
+        return states[0].get(PLUGIN_STATE_KEY) if states else None
+
+    def child_pids(self) -> list[int]:
+        return list(self._engine.get_all_child_pids())
+
+    def shutdown(self) -> None:
+        self._engine.shutdown()
+
+
+def _make_signal_handler_class() -> type:
+    """SGLang's TokenizerManager installs its own SIGTERM handler on the serving loop,
+    which would take SIGTERM away from uvicorn. Ours forwards SIGTERM to whatever
+    handler the process had (uvicorn's graceful shutdown) and keeps SGLang's SIGQUIT
+    handling (a child process died)."""
+    import signal
+
+    from sglang.srt.managers.tokenizer_manager import SignalHandler
+
+    class ForwardingSignalHandler(SignalHandler):
+        def __init__(self, tokenizer_manager: Any):
+            super().__init__(tokenizer_manager)
+            self._previous = signal.getsignal(signal.SIGTERM)
+
+        def sigterm_handler(self, signum: Any = None, frame: Any = None) -> None:
+            if callable(self._previous):
+                self._previous(signal.SIGTERM, frame)
+            else:
+                super().sigterm_handler(signum, frame)
+
+    return ForwardingSignalHandler
+
+
+def _sampling_params(plan: GenerationPlan) -> dict[str, Any]:
+    s = plan.sampling
+    params: dict[str, Any] = {
+        "max_new_tokens": plan.max_new_tokens,
+        "temperature": s.temperature,
+        "top_p": s.top_p,
+        "presence_penalty": s.presence_penalty,
+        "frequency_penalty": s.frequency_penalty,
+    }
+    if s.stop:
+        params["stop"] = list(s.stop)
+    if s.seed is not None:
+        params["sampling_seed"] = s.seed
+    return params
+
+
+def _finish_reason(meta: dict[str, Any]) -> str:
+    reason = meta.get("finish_reason") or {}
+    kind = reason.get("type")
+    if kind in ("stop", "length"):
+        return kind
+    if kind == "abort":
+        raise EngineError(f"the engine aborted the request: {reason.get('message', 'aborted')}")
+    raise EngineError(f"the engine returned an unknown finish reason: {reason!r}")

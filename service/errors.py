@@ -1,0 +1,58 @@
+"""Typed errors raised anywhere in the service. ``service/api/errors.py`` maps them to HTTP.
+
+Each error carries what the OpenAI envelope needs: a message that says what to
+change, the offending parameter (dotted path into the request) and a code.
+"""
+
+from __future__ import annotations
+
+
+class ServiceError(Exception):
+    """Base class: an error the client is told about in the OpenAI error envelope."""
+
+    status: int = 500
+    type: str = "server_error"
+    code: str | None = None
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+
+
+class InvalidRequestError(ServiceError):
+    """The request is malformed or asks for something this server cannot do (400)."""
+
+    status = 400
+    type = "invalid_request_error"
+    code = "invalid_request"
+
+
+class ModelNotFoundError(InvalidRequestError):
+    code = "model_not_found"
+
+
+class ContextLengthError(InvalidRequestError):
+    code = "context_length_exceeded"
+
+
+class UnsupportedParameterError(InvalidRequestError):
+    code = "unsupported_parameter"
+
+
+class NotReadyError(ServiceError):
+    """The engine is still loading or the server is draining (503)."""
+
+    status = 503
+    type = "service_unavailable"
+    code = "not_ready"
+
+
+class EngineError(ServiceError):
+    """The engine failed while serving a valid request (500; a server-side bug or crash)."""
+
+    status = 500
+    type = "server_error"
+    code = "engine_error"

@@ -1,0 +1,112 @@
+"""The FastAPI app factory. The engine loads in the background so /health answers at
+once and /ready turns 200 when requests can be served."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+from fastapi import FastAPI
+
+from service.api.deps import ServiceState
+from service.api.errors import install_error_handlers
+from service.api.routes import chat, health, metrics, models
+from service.engine import EngineOptions, SGLangEngine
+from service.pipeline.chat import ChatPipeline
+from service.pipeline.types import ServingLimits
+from service.settings import Settings
+from service.tokenizer import HFChatTemplate
+
+log = logging.getLogger(__name__)
+
+
+def engine_options(settings: Settings, model_dir: Path) -> EngineOptions:
+    e = settings.engine
+    return EngineOptions(
+        model_path=model_dir,
+        dtype=settings.dtype,
+        max_total_tokens=e.max_total_tokens,
+        page_size=e.page_size,
+        context_length=e.context_length,
+        max_running_requests=e.max_running_requests,
+        attention_backend=e.attention_backend,
+        random_seed=e.random_seed,
+        log_level=e.log_level,
+    )
+
+
+async def _load(state: ServiceState, model_dir: Path, on_failure: Any) -> None:
+    try:
+        engine = await asyncio.to_thread(SGLangEngine.start, engine_options(state.settings, model_dir))
+        state.engine = engine
+        template = await asyncio.to_thread(HFChatTemplate, model_dir)
+        state.context_length = engine.context_length
+        limits = ServingLimits(
+            served_model_name=state.served_model_name,
+            context_length=engine.context_length,
+            max_n=state.settings.request.max_n,
+            default_max_tokens=state.settings.request.default_max_tokens,
+        )
+        state.pipeline = ChatPipeline(engine, template, limits)
+        report = await engine.plugin_report()
+        log.info("engine ready; runtime_ext in scheduler: %s", report)
+    except Exception as exc:  # reported through /ready and the process exit code
+        log.exception("engine failed to start")
+        state.failure = f"{type(exc).__name__}: {exc}"
+        on_failure()
+
+
+def create_app(settings: Settings, model_dir: Path, served_model_name: str) -> FastAPI:
+    """Build the app; ``app.state.on_engine_failure`` (set by the CLI) stops the server."""
+    state = ServiceState(settings=settings, served_model_name=served_model_name, created=int(time.time()))
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        on_failure = getattr(app.state, "on_engine_failure", lambda: None)
+        loader = asyncio.create_task(_load(state, model_dir, on_failure))
+        try:
+            yield
+        finally:
+            state.draining = True
+            loader.cancel()
+            await asyncio.gather(loader, return_exceptions=True)
+            if state.engine is not None:
+                state.engine.shutdown()
+
+    app = FastAPI(title="structserve", version="0.1.0", lifespan=lifespan)
+    app.state.service = state
+    install_error_handlers(app)
+    for module in (chat, models, health, metrics):
+        app.include_router(module.router)
+
+    app.add_middleware(RequestCounter)
+    return app
+
+
+class RequestCounter:
+    """Pure ASGI middleware (BaseHTTPMiddleware would get between a stream and its
+    client's disconnect): counts requests by route and status."""
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = {"code": 500}
+
+        async def send_wrapper(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            route = getattr(scope.get("route"), "path", "unmatched")
+            metrics.REQUESTS.labels(route=route, status=str(status["code"])).inc()

@@ -1,0 +1,117 @@
+"""The orchestrator: the only place the stage order is written.
+
+validate -> prompt -> plan -> engine -> response. ``prepare`` runs every check that
+can fail because of the request before any byte is sent, so a streamed request that
+is wrong still gets a plain 4xx, not a broken stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass
+from typing import AsyncIterator
+
+from service.pipeline.plan import make_plan
+from service.pipeline.prompt import build_prompt
+from service.pipeline.types import (
+    ChatTemplate,
+    EngineClient,
+    EngineDelta,
+    GenerationPlan,
+    ServingLimits,
+    ValidatedRequest,
+)
+from service.pipeline.validate import validate_request
+from service.postprocess.response import ChunkFactory, completion, make_usage
+from service.protocol.openai import ChatCompletion, ChatCompletionChunk, ChatCompletionRequest
+
+
+@dataclass(frozen=True)
+class PreparedChat:
+    rid: str
+    created: int
+    request: ValidatedRequest
+    plan: GenerationPlan
+
+
+class ChatPipeline:
+    def __init__(self, engine: EngineClient, template: ChatTemplate, limits: ServingLimits):
+        self.engine = engine
+        self.template = template
+        self.limits = limits
+
+    def prepare(self, raw: ChatCompletionRequest) -> PreparedChat:
+        request = validate_request(raw, self.limits)
+        prompt = build_prompt(request, self.template)
+        plan = make_plan(request, prompt, self.limits)
+        return PreparedChat(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), request, plan)
+
+    async def complete(self, chat: PreparedChat) -> ChatCompletion:
+        rids = _choice_rids(chat)
+        outputs = await asyncio.gather(*(self.engine.generate(chat.plan, rid) for rid in rids))
+        return completion(chat.rid, chat.created, chat.request.model, outputs)
+
+    async def stream(self, chat: PreparedChat) -> AsyncIterator[ChatCompletionChunk]:
+        """Chunks of all choices, interleaved as they come; usage last if asked for."""
+        chunks = ChunkFactory(chat.rid, chat.created, chat.request.model)
+        for index in range(chat.request.n):
+            yield chunks.role(index)
+        last: dict[int, EngineDelta] = {}
+        async for index, delta in _merge(self.engine, chat):
+            last[index] = delta
+            if delta.text:
+                yield chunks.content(index, delta.text)
+            if delta.finish_reason is not None:
+                yield chunks.finish(index, delta.finish_reason)
+        if chat.request.include_usage and last:
+            first = last[0]
+            completion_tokens = sum(d.completion_tokens for d in last.values())
+            yield chunks.usage(make_usage(first.prompt_tokens, completion_tokens, first.cached_tokens))
+
+
+def _choice_rids(chat: PreparedChat) -> list[str]:
+    return [f"{chat.rid}-{i}" for i in range(chat.request.n)]
+
+
+async def _merge(engine: EngineClient, chat: PreparedChat) -> AsyncIterator[tuple[int, EngineDelta]]:
+    """Interleave the n choice streams; closing this generator aborts every one of them."""
+    rids = _choice_rids(chat)
+    if len(rids) == 1:
+        stream = engine.stream(chat.plan, rids[0])
+        try:
+            async for delta in stream:
+                yield 0, delta
+        finally:
+            await stream.aclose()
+        return
+    queue: asyncio.Queue[tuple[int, EngineDelta | BaseException | None]] = asyncio.Queue()
+
+    async def pump(index: int, rid: str) -> None:
+        stream = engine.stream(chat.plan, rid)
+        try:
+            async for delta in stream:
+                await queue.put((index, delta))
+            await queue.put((index, None))
+        except BaseException as exc:  # handed to the consumer, re-raised there
+            await queue.put((index, exc))
+            raise
+        finally:
+            await stream.aclose()
+
+    tasks = [asyncio.create_task(pump(i, rid)) for i, rid in enumerate(rids)]
+    try:
+        remaining = len(tasks)
+        while remaining:
+            index, item = await queue.get()
+            if item is None:
+                remaining -= 1
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                yield index, item
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,35 @@
+"""Plan stage: fit the request into the context window and fix the engine's parameters."""
+
+from __future__ import annotations
+
+from service.errors import ContextLengthError
+from service.pipeline.types import GenerationPlan, PromptIds, ServingLimits, ValidatedRequest
+
+
+def make_plan(req: ValidatedRequest, prompt: PromptIds, limits: ServingLimits) -> GenerationPlan:
+    """One plan per choice; raises ContextLengthError naming the parameter to change.
+
+    ``max_tokens`` covers every generated token. Unset, it is whatever room the
+    context leaves (capped by the configured default, if any).
+    """
+    prompt_len = len(prompt.token_ids)
+    room = limits.context_length - prompt_len
+    if room < 1:
+        raise ContextLengthError(
+            f"the prompt is {prompt_len} tokens; this model's context is "
+            f"{limits.context_length} tokens, which leaves no room to generate. "
+            "Shorten the messages",
+            param="messages",
+        )
+    if req.max_tokens is None:
+        max_new = room if limits.default_max_tokens is None else min(room, limits.default_max_tokens)
+    elif req.max_tokens > room:
+        raise ContextLengthError(
+            f"'{req.max_tokens_param}' is {req.max_tokens} but the prompt is {prompt_len} "
+            f"tokens and the context is {limits.context_length}; set "
+            f"'{req.max_tokens_param}' to at most {room} or shorten the messages",
+            param=req.max_tokens_param,
+        )
+    else:
+        max_new = req.max_tokens
+    return GenerationPlan(input_ids=prompt.token_ids, max_new_tokens=max_new, sampling=req.sampling)

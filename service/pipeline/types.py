@@ -1,0 +1,102 @@
+"""Typed objects passed between pipeline stages. Frozen: a stage never mutates its input."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import AsyncIterator, Protocol, Sequence
+
+Role = str  # "system" | "user" | "assistant" | "tool"
+
+
+@dataclass(frozen=True)
+class Message:
+    role: Role
+    content: str
+    name: str | None = None
+    tool_call_id: str | None = None
+
+
+@dataclass(frozen=True)
+class SamplingOptions:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+
+
+@dataclass(frozen=True)
+class ValidatedRequest:
+    """A request that passed the protocol-level checks (validate stage)."""
+
+    model: str
+    messages: tuple[Message, ...]
+    sampling: SamplingOptions
+    max_tokens: int | None  # what the client asked for; None = as many as fit
+    max_tokens_param: str  # "max_tokens" or "max_completion_tokens", for error messages
+    n: int
+    stream: bool
+    include_usage: bool
+
+
+@dataclass(frozen=True)
+class PromptIds:
+    """The rendered prompt (prompt stage)."""
+
+    token_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class GenerationPlan:
+    """Everything the engine needs for one choice (plan stage)."""
+
+    input_ids: tuple[int, ...]
+    max_new_tokens: int
+    sampling: SamplingOptions
+
+
+@dataclass(frozen=True)
+class EngineDelta:
+    """One streamed increment from the engine; ``finish_reason`` set on the last one."""
+
+    text: str
+    completion_tokens: int  # cumulative
+    prompt_tokens: int
+    cached_tokens: int
+    finish_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class EngineOutput:
+    text: str
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+
+
+@dataclass(frozen=True)
+class ServingLimits:
+    """What the loaded model and config allow (known once the engine is up)."""
+
+    served_model_name: str
+    context_length: int
+    max_n: int
+    default_max_tokens: int | None
+
+
+class ChatTemplate(Protocol):
+    """Renders messages into prompt token ids (implemented over the HF tokenizer)."""
+
+    def render(self, messages: Sequence[Message]) -> list[int]: ...
+
+
+class EngineClient(Protocol):
+    """The engine as the pipeline sees it (implemented by ``service.engine``)."""
+
+    async def generate(self, plan: GenerationPlan, rid: str) -> EngineOutput: ...
+
+    def stream(self, plan: GenerationPlan, rid: str) -> AsyncIterator[EngineDelta]: ...
+
+    async def abort(self, rid: str) -> None: ...

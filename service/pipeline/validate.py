@@ -1,0 +1,105 @@
+"""Validate stage: protocol request -> ValidatedRequest, or a typed 400 naming the parameter."""
+
+from __future__ import annotations
+
+from service.errors import InvalidRequestError, ModelNotFoundError, UnsupportedParameterError
+from service.pipeline.types import Message, SamplingOptions, ServingLimits, ValidatedRequest
+from service.protocol.openai import ChatCompletionRequest, ChatMessage
+
+MAX_STOP_SEQUENCES = 4
+
+
+def validate_request(req: ChatCompletionRequest, limits: ServingLimits) -> ValidatedRequest:
+    """Check everything that does not need the tokenizer; normalise the messages."""
+    if req.model != limits.served_model_name:
+        raise ModelNotFoundError(
+            f"model '{req.model}' is not served here; use '{limits.served_model_name}' "
+            "(see GET /v1/models)",
+            param="model",
+        )
+    max_tokens, param = _max_tokens(req)
+    return ValidatedRequest(
+        model=req.model,
+        messages=_messages(req.messages),
+        sampling=_sampling(req),
+        max_tokens=max_tokens,
+        max_tokens_param=param,
+        n=_n(req.n, limits.max_n),
+        stream=req.stream,
+        include_usage=bool(req.stream_options and req.stream_options.include_usage),
+    )
+
+
+def _messages(messages: list[ChatMessage]) -> tuple[Message, ...]:
+    if not messages:
+        raise InvalidRequestError(
+            "'messages' must contain at least one message", param="messages"
+        )
+    out = []
+    for i, msg in enumerate(messages):
+        content = _text(msg, i)
+        if msg.role == "tool" and not msg.tool_call_id:
+            raise InvalidRequestError(
+                f"messages[{i}] has role 'tool' but no 'tool_call_id'; set the id of the "
+                "tool call it answers",
+                param=f"messages.{i}.tool_call_id",
+            )
+        role = "system" if msg.role == "developer" else msg.role
+        out.append(Message(role, content, msg.name, msg.tool_call_id))
+    if all(m.role == "system" for m in out):
+        raise InvalidRequestError(
+            "'messages' holds only system messages; add a user message", param="messages"
+        )
+    return tuple(out)
+
+
+def _text(msg: ChatMessage, index: int) -> str:
+    if msg.content is None:
+        raise InvalidRequestError(
+            f"messages[{index}].content is missing; give the message text",
+            param=f"messages.{index}.content",
+        )
+    if isinstance(msg.content, str):
+        return msg.content
+    return "".join(part.text for part in msg.content)
+
+
+def _max_tokens(req: ChatCompletionRequest) -> tuple[int | None, str]:
+    if req.max_tokens is not None and req.max_completion_tokens is not None:
+        if req.max_tokens != req.max_completion_tokens:
+            raise InvalidRequestError(
+                "'max_tokens' and 'max_completion_tokens' disagree; send only one",
+                param="max_completion_tokens",
+            )
+    param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
+    value = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+    if value is not None and value < 1:
+        raise InvalidRequestError(f"'{param}' must be at least 1, got {value}", param=param)
+    return value, param
+
+
+def _sampling(req: ChatCompletionRequest) -> SamplingOptions:
+    stop = (req.stop,) if isinstance(req.stop, str) else tuple(req.stop or ())
+    if len(stop) > MAX_STOP_SEQUENCES:
+        raise InvalidRequestError(
+            f"'stop' takes at most {MAX_STOP_SEQUENCES} sequences, got {len(stop)}",
+            param="stop",
+        )
+    if any(s == "" for s in stop):
+        raise InvalidRequestError("'stop' sequences must not be empty strings", param="stop")
+    return SamplingOptions(
+        temperature=1.0 if req.temperature is None else req.temperature,
+        top_p=1.0 if req.top_p is None else req.top_p,
+        seed=req.seed,
+        stop=stop,
+        presence_penalty=req.presence_penalty or 0.0,
+        frequency_penalty=req.frequency_penalty or 0.0,
+    )
+
+
+def _n(n: int, max_n: int) -> int:
+    if not 1 <= n <= max_n:
+        raise UnsupportedParameterError(
+            f"'n' must be between 1 and {max_n} on this server, got {n}", param="n"
+        )
+    return n

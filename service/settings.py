@@ -1,0 +1,114 @@
+"""Configuration: configs/default.yaml, an optional override file, env, then CLI flags.
+
+Every key can be set from the environment with the prefix ``STRUCTSERVE_`` and ``__``
+between nested keys (``STRUCTSERVE_ENGINE__PAGE_SIZE=16``). Invalid values fail at
+start-up with the key named, never later at request time.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+DEFAULT_CONFIG = CONFIG_DIR / "default.yaml"
+CONFIG_ENV = "STRUCTSERVE_CONFIG"
+
+
+class EngineSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_total_tokens: int = Field(32768, ge=256)
+    page_size: int = Field(16, ge=1, le=1024)
+    context_length: int | None = Field(None, ge=16)
+    max_running_requests: int = Field(64, ge=1)
+    attention_backend: str = "torch_native"
+    random_seed: int = 0
+    startup_timeout_s: float = Field(600, gt=0)
+    log_level: str = "warning"
+
+
+class RequestSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_n: int = Field(8, ge=1, le=128)
+    default_max_tokens: int | None = Field(None, ge=1)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="STRUCTSERVE_", env_nested_delimiter="__", extra="forbid"
+    )
+
+    model: Path | None = None
+    served_model_name: str | None = None
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
+    cache_dir: Path | None = None
+    log_level: str = "info"
+    engine: EngineSettings = EngineSettings()
+    request: RequestSettings = RequestSettings()
+
+    @field_validator("model")
+    @classmethod
+    def _model_is_dir(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_dir():
+            raise ValueError(f"model directory {value} does not exist")
+        return value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, _YamlSource(settings_cls))
+
+
+class _YamlSource(PydanticBaseSettingsSource):
+    """configs/default.yaml deep-merged with the file named by STRUCTSERVE_CONFIG."""
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        raise NotImplementedError  # __call__ is overridden
+
+    def __call__(self) -> dict[str, Any]:
+        data = _read_yaml(DEFAULT_CONFIG)
+        extra = os.environ.get(CONFIG_ENV)
+        if extra:
+            data = _deep_merge(data, _read_yaml(Path(extra)))
+        return data
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ValueError(f"config file {path} does not exist")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"config file {path} must hold a mapping at the top level")
+    return data
+
+
+def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
+    """Build Settings; ``config`` names an override YAML, ``overrides`` are CLI flags."""
+    if config is not None:
+        os.environ[CONFIG_ENV] = str(config)
+    return Settings(**{k: v for k, v in overrides.items() if v is not None})

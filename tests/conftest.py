@@ -1,0 +1,38 @@
+"""Shared fixtures: asset paths and real structserve servers on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import pytest
+
+from tests.server import ServerProcess
+
+
+@pytest.fixture(scope="session")
+def assets():
+    """The verified, converted assets (`make test` fetched them already)."""
+    from service.assets import fetch
+
+    return fetch()
+
+
+def _server(model_dir, name: str, **env: str):
+    server = ServerProcess(model_dir, name=name, env=env)
+    server.start()
+    return server
+
+
+@pytest.fixture(scope="session")
+def qwen_server(assets):
+    """structserve on the tiny random-weight Qwen3 (protocol tests), float32."""
+    server = _server(assets.qwen3_tiny, "qwen", STRUCTSERVE_DTYPE="float32")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def smol_server(assets):
+    """structserve on SmolLM2-135M-Instruct (quality tests), float32."""
+    server = _server(assets.smollm2, "smol", STRUCTSERVE_DTYPE="float32")
+    yield server
+    server.stop()
