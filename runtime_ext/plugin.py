@@ -1,9 +1,9 @@
 """Entry point SGLang calls in every process it starts (launcher, scheduler, detokenizer).
 
 ``register()`` must be idempotent and cheap: SGLang may call it several times per
-process. Each capability registers itself here; for now the plugin only reports
-itself through the scheduler's internal-state RPC, which is how the service (and
-the tests) prove that our code really runs inside SGLang's scheduler process.
+process. Each capability registers itself here. The plugin also reports itself
+through the scheduler's internal-state RPC, which is how the service (and the
+tests) prove that our code really runs inside SGLang's scheduler process.
 """
 
 from __future__ import annotations
@@ -40,5 +40,8 @@ def register() -> None:
         return
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
+    from runtime_ext.fixes import sampling_seed
+
     HookRegistry.register(_INTERNAL_STATE_TARGET, _add_report, HookType.AFTER)
+    sampling_seed.register(HookRegistry, HookType)
     _registered_pids.add(os.getpid())

