@@ -58,7 +58,7 @@ class KVUsage:
     capacity_tokens: int
 
 
-def _prepare_process_env(device: str) -> None:
+def prepare_process_env(device: str) -> None:
     if device == "cpu":
         os.environ["SGLANG_USE_CPU_ENGINE"] = "1"
 
@@ -72,7 +72,7 @@ class SGLangEngine:
 
     @classmethod
     def start(cls, options: EngineOptions) -> "SGLangEngine":
-        _prepare_process_env(options.device)
+        prepare_process_env(options.device)
         import sglang
 
         log.info("starting SGLang engine: %s", options)

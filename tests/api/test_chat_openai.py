@@ -18,6 +18,11 @@ def _greedy(client, model, **kw):
     return client.chat.completions.create(model=model, messages=HELLO, temperature=0, **kw)
 
 
+def _seeded(client, model, **kw):
+    """Seeded sampling: varied text from the random-weight model, yet repeatable."""
+    return client.chat.completions.create(model=model, messages=HELLO, temperature=1.0, seed=1234, **kw)
+
+
 def test_models_lists_the_served_model(client, qwen_server):
     ids = [m.id for m in client.models.list().data]
     assert ids == [qwen_server.model_name]
@@ -25,10 +30,10 @@ def test_models_lists_the_served_model(client, qwen_server):
 
 def test_non_stream_usage_is_consistent(client, qwen_server):
     out = _greedy(client, qwen_server.model_name, max_tokens=20)
-    expected_prompt = AutoTokenizer.from_pretrained(str(qwen_server.model_dir)).apply_chat_template(
-        HELLO, tokenize=True, add_generation_prompt=True
+    tok = AutoTokenizer.from_pretrained(str(qwen_server.model_dir))
+    expected_prompt = tok.encode(
+        tok.apply_chat_template(HELLO, tokenize=False, add_generation_prompt=True), add_special_tokens=False
     )
-    expected_prompt = expected_prompt["input_ids"] if isinstance(expected_prompt, dict) else expected_prompt
     choice = out.choices[0]
     assert out.object == "chat.completion" and choice.message.role == "assistant"
     assert out.usage.prompt_tokens == len(expected_prompt)
@@ -39,9 +44,10 @@ def test_non_stream_usage_is_consistent(client, qwen_server):
         assert out.usage.completion_tokens == 20
 
 
-def test_stream_concatenates_to_the_non_stream_text(client, qwen_server):
-    full = _greedy(client, qwen_server.model_name, max_tokens=40)
-    stream = _greedy(client, qwen_server.model_name, max_tokens=40, stream=True, stream_options={"include_usage": True})
+@pytest.mark.parametrize("make", [_greedy, _seeded], ids=["greedy", "seeded"])
+def test_stream_concatenates_to_the_non_stream_text(client, qwen_server, make):
+    full = make(client, qwen_server.model_name, max_tokens=40)
+    stream = make(client, qwen_server.model_name, max_tokens=40, stream=True, stream_options={"include_usage": True})
     pieces, finish, usage, roles = [], None, None, []
     for chunk in stream:
         if chunk.usage is not None:
@@ -74,10 +80,10 @@ def test_length_finish_reason_and_max_completion_tokens(client, qwen_server):
 
 
 def test_stop_sequence_truncates_and_reports_stop(client, qwen_server):
-    text = _greedy(client, qwen_server.model_name, max_tokens=40).choices[0].message.content
+    text = _seeded(client, qwen_server.model_name, max_tokens=40).choices[0].message.content
     stop = text[len(text) // 2 : len(text) // 2 + 3]
     assert stop.strip(), "need a non-blank stop string from the model's own output"
-    out = _greedy(client, qwen_server.model_name, max_tokens=40, stop=[stop])
+    out = _seeded(client, qwen_server.model_name, max_tokens=40, stop=[stop])
     assert out.choices[0].finish_reason == "stop"
     assert out.choices[0].message.content == text[: text.index(stop)]
 
@@ -88,6 +94,7 @@ def test_n_choices_non_stream_and_stream(client, qwen_server):
     )
     assert [c.index for c in out.choices] == [0, 1, 2]
     assert 3 <= out.usage.completion_tokens <= 24
+    assert len({c.message.content for c in out.choices}) == 3  # seeded choices still differ
     stream = client.chat.completions.create(
         model=qwen_server.model_name, messages=HELLO, n=2, max_tokens=6, temperature=0, stream=True,
     )
@@ -114,3 +121,19 @@ def test_system_and_multi_turn_roles(client, qwen_server):
         ],
     )
     assert out.usage.prompt_tokens > 10 and out.choices[0].message.content is not None
+
+
+def test_seed_repeats_and_different_seeds_differ(client, qwen_server):
+    a = _seeded(client, qwen_server.model_name, max_tokens=12).choices[0].message.content
+    b = _seeded(client, qwen_server.model_name, max_tokens=12).choices[0].message.content
+    c = client.chat.completions.create(
+        model=qwen_server.model_name, messages=HELLO, temperature=1.0, seed=99, max_tokens=12
+    ).choices[0].message.content
+    unseeded = {
+        client.chat.completions.create(
+            model=qwen_server.model_name, messages=HELLO, temperature=1.0, max_tokens=12
+        ).choices[0].message.content
+        for _ in range(2)
+    }
+    assert a == b and a != c
+    assert len(unseeded) == 2  # without a seed, sampling stays random

@@ -1,0 +1,93 @@
+"""Every client mistake gets a 4xx OpenAI error envelope naming what to change; the
+server keeps serving afterwards."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+LONG = "hello " * 5000  # > 4096 tokens: the tiny Qwen3's whole context
+
+
+def body(qwen_server, **overrides):
+    b = {"model": qwen_server.model_name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    b.update(overrides)
+    return {k: v for k, v in b.items() if v is not ...}
+
+
+CASES = [
+    # (id, overrides or raw bytes, status, param, words in message)
+    ("unknown-model", {"model": "gpt-4o"}, 400, "model", "not served"),
+    ("empty-messages", {"messages": []}, 400, "messages", "at least one"),
+    ("missing-messages", {"messages": ...}, 400, "messages", "required"),
+    ("bad-role", {"messages": [{"role": "wizard", "content": "x"}]}, 400, "messages.0.role", "user"),
+    ("messages-not-a-list", {"messages": "hi"}, 400, "messages", "list"),
+    ("max-tokens-zero", {"max_tokens": 0}, 400, "max_tokens", "at least 1"),
+    ("max-tokens-negative", {"max_tokens": -1}, 400, "max_tokens", "at least 1"),
+    ("max-completion-tokens-beyond-context", {"max_tokens": ..., "max_completion_tokens": 10**6}, 400,
+     "max_completion_tokens", "at most"),
+    ("max-tokens-not-int", {"max_tokens": "many"}, 400, "max_tokens", "integer"),
+    ("negative-temperature", {"temperature": -0.5}, 400, "temperature", "greater than or equal"),
+    ("top-p-zero", {"top_p": 0}, 400, "top_p", "greater than"),
+    ("n-too-large", {"n": 100}, 400, "n", "between 1 and"),
+    ("n-zero", {"n": 0}, 400, "n", "between 1 and"),
+    ("too-many-stops", {"stop": ["a", "b", "c", "d", "e"]}, 400, "stop", "at most 4"),
+    ("unsupported-param", {"logit_bias": {"1": 5}}, 400, "logit_bias", "unsupported"),
+    ("prompt-too-long", {"messages": [{"role": "user", "content": LONG}], "max_tokens": ...}, 400, "messages",
+     "context"),
+    ("tool-without-id", {"messages": [{"role": "user", "content": "a"}, {"role": "tool", "content": "r"}]}, 400,
+     "messages.1.tool_call_id", "tool_call_id"),
+]
+
+
+def assert_envelope(resp, status, param, words):
+    assert resp.status_code == status, resp.text
+    err = resp.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    assert err["type"] == "invalid_request_error" and err["code"]
+    assert err["param"] == param
+    assert words.lower() in err["message"].lower(), err["message"]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_bad_request_envelope(qwen_server, case):
+    _, overrides, status, param, words = case
+    resp = httpx.post(f"{qwen_server.base_url}/v1/chat/completions", json=body(qwen_server, **overrides), timeout=60)
+    assert_envelope(resp, status, param, words)
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_streamed_bad_request_is_a_plain_400(qwen_server, stream):
+    resp = httpx.post(
+        f"{qwen_server.base_url}/v1/chat/completions",
+        json=body(qwen_server, max_tokens=10**6, stream=stream), timeout=60,
+    )
+    assert_envelope(resp, 400, "max_tokens", "at most")
+
+
+@pytest.mark.parametrize("raw", [b"{not json", b"", b"[1, 2]", b'"text"'])
+def test_malformed_bodies(qwen_server, raw):
+    resp = httpx.post(
+        f"{qwen_server.base_url}/v1/chat/completions", content=raw,
+        headers={"content-type": "application/json"}, timeout=30,
+    )
+    assert resp.status_code == 400, resp.text
+    err = resp.json()["error"]
+    assert err["type"] == "invalid_request_error" and err["message"]
+
+
+def test_unknown_route_and_method(qwen_server):
+    r404 = httpx.get(f"{qwen_server.base_url}/v1/nothing-here", timeout=30)
+    assert r404.status_code == 404 and r404.json()["error"]["message"]
+    r405 = httpx.get(f"{qwen_server.base_url}/v1/chat/completions", timeout=30)
+    assert r405.status_code == 405 and r405.json()["error"]["type"] == "invalid_request_error"
+    unknown_model = httpx.get(f"{qwen_server.base_url}/v1/models/nope", timeout=30)
+    assert unknown_model.status_code == 400 and unknown_model.json()["error"]["param"] == "model"
+
+
+def test_server_still_serves_after_bad_input(qwen_server):
+    for case in CASES[:5]:
+        httpx.post(f"{qwen_server.base_url}/v1/chat/completions", json=body(qwen_server, **case[1]), timeout=60)
+    ok = httpx.post(f"{qwen_server.base_url}/v1/chat/completions", json=body(qwen_server), timeout=60)
+    assert ok.status_code == 200 and ok.json()["choices"][0]["message"]["content"] is not None
+    assert httpx.get(f"{qwen_server.base_url}/ready", timeout=10).status_code == 200
