@@ -85,7 +85,7 @@ def ensure_archive(artifact: Artifact, cache_dir: Path) -> Path:
     downloads.mkdir(parents=True, exist_ok=True)
     tmp_dir = Path(tempfile.mkdtemp(prefix=f".tmp-{artifact.key}-", dir=downloads))
     try:
-        _run_client(artifact, tmp_dir)
+        _fetch(artifact, tmp_dir)
         produced = tmp_dir / artifact.filename
         if not produced.is_file():
             found = sorted(p.name for p in tmp_dir.iterdir())
@@ -147,6 +147,20 @@ def _cached_ok(path: Path, sha256: str) -> bool:
         remove_with_stamp(path)
         return False
     return True
+
+
+def _fetch(artifact: Artifact, dest_dir: Path) -> None:
+    """Run the client; for Debian, a failure on a fresh machine usually means apt's
+    package lists were never downloaded, so refresh them once (as root) and retry."""
+    try:
+        _run_client(artifact, dest_dir)
+    except RegistryUnreachableError:
+        if artifact.registry != "debian" or os.geteuid() != 0:
+            raise
+        log.info("apt-get download failed; running `apt-get update` once and retrying")
+        subprocess.run(["apt-get", "update", "-qq"], stdin=subprocess.DEVNULL, capture_output=True,
+                       timeout=CLIENT_TIMEOUT_S, check=False)
+        _run_client(artifact, dest_dir)
 
 
 def _run_client(artifact: Artifact, dest_dir: Path) -> None:
