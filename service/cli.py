@@ -42,11 +42,26 @@ def serve(
         uvicorn.Config(api, host=settings.host, port=settings.port, log_level=settings.log_level.lower())
     )
     api.state.on_engine_failure = lambda: setattr(server, "should_exit", True)
+    _exit_zero_after_graceful_sigterm(server)
     server.run()
     failure = api.state.service.failure
     if failure:
         typer.echo(f"structserve: engine failed to start: {failure}", err=True)
         raise typer.Exit(1)
+
+
+def _exit_zero_after_graceful_sigterm(server: object) -> None:
+    """uvicorn handles SIGTERM (graceful shutdown, lifespan exit) and then re-raises it
+    to the handler that was installed before it ran. Ours lets ``serve`` return, so a
+    graceful stop exits 0 (1 if the engine had failed); a SIGTERM before uvicorn
+    started still ends the process at once."""
+    import signal
+
+    def handler(signum: int, _frame: object) -> None:
+        if not getattr(server, "started", False):
+            raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
 
 
 def _default_model(cache_dir: Optional[Path]) -> Path:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import pytest
 
 from tests.server import ServerProcess
@@ -27,7 +26,7 @@ def qwen_server(assets):
     """structserve on the tiny random-weight Qwen3 (protocol tests), float32."""
     server = _server(assets.qwen3_tiny, "qwen", STRUCTSERVE_DTYPE="float32")
     yield server
-    server.stop()
+    assert server.stop() == 0, "SIGTERM must shut the server down gracefully (exit 0)"
 
 
 @pytest.fixture(scope="session")
@@ -35,4 +34,4 @@ def smol_server(assets):
     """structserve on SmolLM2-135M-Instruct (quality tests), float32."""
     server = _server(assets.smollm2, "smol", STRUCTSERVE_DTYPE="float32")
     yield server
-    server.stop()
+    assert server.stop() == 0, "SIGTERM must shut the server down gracefully (exit 0)"
