@@ -166,8 +166,19 @@ def bench_server(name: str, cmd: list[str], env: dict[str, str], model: str, por
         stop(proc)
 
 
+def pooled(results: list[Result]) -> Result:
+    """All rounds together: TTFT samples pooled, tokens/s = total tokens / total time."""
+    return Result(
+        ttfts=[t for r in results for t in r.ttfts],
+        completion_tokens=sum(r.completion_tokens for r in results),
+        wall_s=sum(r.wall_s for r in results),
+        errors=sum(r.errors for r in results),
+    )
+
+
 def table(results: dict[str, dict[int, Result]], args: argparse.Namespace) -> Table:
-    t = Table(title=f"serve overhead: {args.model.name}, {args.max_tokens} max tokens, greedy, streamed")
+    t = Table(title=f"serve overhead: {args.model.name}, {args.max_tokens} max tokens, greedy, streamed, "
+                    f"{args.rounds} rounds pooled")
     for col in ("conc", "reqs", "SGLang TTFT p50/p99 ms", "ours TTFT p50/p99 ms", "TTFT p50 ratio",
                 "SGLang tok/s", "ours tok/s", "tok/s ratio", "errors"):
         t.add_column(col, justify="right")
@@ -187,18 +198,23 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--requests-per-level", type=int, default=0, help="default: max(8, 2 x concurrency)")
     parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--rounds", type=int, default=2, help="server runs each, order alternating")
     args = parser.parse_args()
     args.model = args.model or model_dir("smollm2")
     n_max = max(max(8, 2 * c) for c in args.concurrency)
     texts = prompts(max(n_max, args.requests_per_level) + 2)
     texts_for = {c: texts[: (args.requests_per_level or max(8, 2 * c))] for c in args.concurrency}
     name = args.model.name
-    results = {
-        "sglang": bench_server("sglang", sglang_cmd(args.model, port := free_port()), {}, name, port, args, texts_for),
-        "structserve": bench_server("structserve", ours_cmd(args.model, port := free_port()), ours_env(), name, port,
-                                    args, texts_for),
-    }
-    Console().print(table(results, args))
+    runs: dict[str, list[dict[int, Result]]] = {"sglang": [], "structserve": []}
+    order = ["sglang", "structserve"]
+    for rnd in range(args.rounds):  # A B, then B A, ...: drift on the machine hits both alike
+        for server in order if rnd % 2 == 0 else order[::-1]:
+            port = free_port()
+            cmd = sglang_cmd(args.model, port) if server == "sglang" else ours_cmd(args.model, port)
+            env = {} if server == "sglang" else ours_env()
+            runs[server].append(bench_server(server, cmd, env, name, port, args, texts_for))
+    results = {k: {c: pooled([r[c] for r in v]) for c in args.concurrency} for k, v in runs.items()}
+    Console(width=160).print(table(results, args))
 
 
 if __name__ == "__main__":

@@ -25,18 +25,7 @@ log = logging.getLogger(__name__)
 
 
 def engine_options(settings: Settings, model_dir: Path) -> EngineOptions:
-    e = settings.engine
-    return EngineOptions(
-        model_path=model_dir,
-        dtype=settings.dtype,
-        max_total_tokens=e.max_total_tokens,
-        page_size=e.page_size,
-        context_length=e.context_length,
-        max_running_requests=e.max_running_requests,
-        attention_backend=e.attention_backend,
-        random_seed=e.random_seed,
-        log_level=e.log_level,
-    )
+    return EngineOptions(model_path=model_dir, dtype=settings.dtype, **settings.engine.model_dump())
 
 
 async def _load(state: ServiceState, model_dir: Path, on_failure: Any) -> None:

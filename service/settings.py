@@ -23,13 +23,13 @@ CONFIG_ENV = "STRUCTSERVE_CONFIG"
 class EngineSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    device: Literal["cpu", "npu"] = "cpu"
     max_total_tokens: int = Field(32768, ge=256)
     page_size: int = Field(16, ge=1, le=1024)
     context_length: int | None = Field(None, ge=16)
     max_running_requests: int = Field(64, ge=1)
     attention_backend: str = "torch_native"
     random_seed: int = 0
-    startup_timeout_s: float = Field(600, gt=0)
     log_level: str = "warning"
 
 
