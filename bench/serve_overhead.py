@@ -155,15 +155,46 @@ async def run_level(base: str, model: str, texts: list[str], concurrency: int, m
         return Result(ttfts, tokens, time.perf_counter() - t0, errors)
 
 
-def bench_server(name: str, cmd: list[str], env: dict[str, str], model: str, port: int, args: argparse.Namespace,
-                 texts_for: dict[int, list[str]]) -> dict[int, Result]:
+def launch(name: str, model: Path, port: int) -> subprocess.Popen:
     base = f"http://127.0.0.1:{port}"
-    ready = f"{base}/ready" if name == "structserve" else f"{base}/health_generate"
-    proc = start(cmd, env, ready, Path(f"/tmp/bench-{name}.log"))
+    if name == "sglang":
+        return start(sglang_cmd(model, port), {}, f"{base}/health_generate", Path("/tmp/bench-sglang.log"))
+    return start(ours_cmd(model, port), ours_env(), f"{base}/ready", Path("/tmp/bench-structserve.log"))
+
+
+def signal_tree(proc: subprocess.Popen, sig: signal.Signals) -> None:
+    """Send ``sig`` to a server and all its children (scheduler, detokenizer)."""
+    import psutil
+
+    root = psutil.Process(proc.pid)
+    for p in [root, *root.children(recursive=True)]:
+        p.send_signal(sig)
+
+
+def measure(model: Path, args: argparse.Namespace, texts_for: dict[int, list[str]]) -> dict[str, dict[int, Result]]:
+    """Both servers up at once, the one not measured frozen with SIGSTOP (an idle SGLang
+    scheduler still spins its OpenMP threads); each concurrency level runs ``rounds``
+    times per server, alternating A B / B A so machine drift hits both alike."""
+    ports = {"sglang": free_port(), "structserve": free_port()}
+    procs = {name: launch(name, model, port) for name, port in ports.items()}
+    runs: dict[str, dict[int, list[Result]]] = {n: {c: [] for c in args.concurrency} for n in ports}
     try:
-        return {c: asyncio.run(run_level(base, model, texts_for[c], c, args.max_tokens)) for c in args.concurrency}
+        for c in args.concurrency:
+            for rnd in range(args.rounds):
+                order = list(ports) if rnd % 2 == 0 else list(ports)[::-1]
+                for name in order:
+                    base = f"http://127.0.0.1:{ports[name]}"
+                    other = procs["sglang" if name == "structserve" else "structserve"]
+                    signal_tree(other, signal.SIGSTOP)
+                    try:
+                        result = asyncio.run(run_level(base, model.name, texts_for[c], c, args.max_tokens))
+                    finally:
+                        signal_tree(other, signal.SIGCONT)
+                    runs[name][c].append(result)
     finally:
-        stop(proc)
+        for proc in procs.values():
+            stop(proc)
+    return {n: {c: pooled(rs) for c, rs in levels.items()} for n, levels in runs.items()}
 
 
 def pooled(results: list[Result]) -> Result:
@@ -198,22 +229,13 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--requests-per-level", type=int, default=0, help="default: max(8, 2 x concurrency)")
     parser.add_argument("--max-tokens", type=int, default=48)
-    parser.add_argument("--rounds", type=int, default=2, help="server runs each, order alternating")
+    parser.add_argument("--rounds", type=int, default=3, help="runs per level and server, order alternating")
     args = parser.parse_args()
     args.model = args.model or model_dir("smollm2")
     n_max = max(max(8, 2 * c) for c in args.concurrency)
     texts = prompts(max(n_max, args.requests_per_level) + 2)
     texts_for = {c: texts[: (args.requests_per_level or max(8, 2 * c))] for c in args.concurrency}
-    name = args.model.name
-    runs: dict[str, list[dict[int, Result]]] = {"sglang": [], "structserve": []}
-    order = ["sglang", "structserve"]
-    for rnd in range(args.rounds):  # A B, then B A, ...: drift on the machine hits both alike
-        for server in order if rnd % 2 == 0 else order[::-1]:
-            port = free_port()
-            cmd = sglang_cmd(args.model, port) if server == "sglang" else ours_cmd(args.model, port)
-            env = {} if server == "sglang" else ours_env()
-            runs[server].append(bench_server(server, cmd, env, name, port, args, texts_for))
-    results = {k: {c: pooled([r[c] for r in v]) for c in args.concurrency} for k, v in runs.items()}
+    results = measure(args.model, args, texts_for)
     Console(width=160).print(table(results, args))
 
 

@@ -13,6 +13,15 @@ app = typer.Typer(help="structserve: OpenAI-compatible structured generation on 
 assets_app = typer.Typer(help="Fetch, verify and convert models, tokenizers and text.", no_args_is_help=True)
 app.add_typer(assets_app, name="assets")
 
+
+def _mount_grammar() -> None:
+    from grammars.check_cli import grammar_app
+
+    app.add_typer(grammar_app, name="grammar", help="Check JSON schemas against the grammar engine.")
+
+
+_mount_grammar()
+
 DEFAULT_MODEL_ASSET = "smollm2"
 
 

@@ -16,6 +16,8 @@ from service.api.deps import ServiceState
 from service.api.errors import install_error_handlers
 from service.api.routes import chat, health, metrics, models
 from service.engine import EngineOptions, SGLangEngine
+from service.grammar import GrammarService
+from service.metrics import REQUESTS
 from service.pipeline.chat import ChatPipeline
 from service.pipeline.types import ServingLimits
 from service.settings import Settings
@@ -33,6 +35,8 @@ async def _load(state: ServiceState, model_dir: Path, on_failure: Any) -> None:
         engine = await asyncio.to_thread(SGLangEngine.start, engine_options(state.settings, model_dir))
         state.engine = engine
         template = await asyncio.to_thread(HFChatTemplate, model_dir)
+        g = state.settings.grammar
+        state.grammar = GrammarService(model_dir, timeout_s=g.compile_timeout_s, cache_size=g.cache_size)
         state.context_length = engine.context_length
         limits = ServingLimits(
             served_model_name=state.served_model_name,
@@ -40,7 +44,7 @@ async def _load(state: ServiceState, model_dir: Path, on_failure: Any) -> None:
             max_n=state.settings.request.max_n,
             default_max_tokens=state.settings.request.default_max_tokens,
         )
-        state.pipeline = ChatPipeline(engine, template, limits)
+        state.pipeline = ChatPipeline(engine, template, limits, state.grammar, g.allow_schema_loosening)
         report = await engine.plugin_report()
         log.info("engine ready; runtime_ext in scheduler: %s", report)
     except Exception as exc:  # reported through /ready and the process exit code
@@ -63,6 +67,8 @@ def create_app(settings: Settings, model_dir: Path, served_model_name: str) -> F
             state.draining = True
             loader.cancel()
             await asyncio.gather(loader, return_exceptions=True)
+            if state.grammar is not None:
+                state.grammar.close()
             if state.engine is not None:
                 state.engine.shutdown()
 
@@ -98,4 +104,4 @@ class RequestCounter:
             await self.app(scope, receive, send_wrapper)
         finally:
             route = getattr(scope.get("route"), "path", "unmatched")
-            metrics.REQUESTS.labels(route=route, status=str(status["code"])).inc()
+            REQUESTS.labels(route=route, status=str(status["code"])).inc()

@@ -33,6 +33,14 @@ class EngineSettings(BaseModel):
     log_level: str = "warning"
 
 
+class GrammarSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    compile_timeout_s: float = Field(10.0, gt=0)
+    cache_size: int = Field(512, ge=1)
+    allow_schema_loosening: bool = False
+
+
 class RequestSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -54,6 +62,7 @@ class Settings(BaseSettings):
     log_level: str = "info"
     engine: EngineSettings = EngineSettings()
     request: RequestSettings = RequestSettings()
+    grammar: GrammarSettings = GrammarSettings()
 
     @field_validator("model")
     @classmethod

@@ -26,12 +26,14 @@ def qwen_server(assets):
     """structserve on the tiny random-weight Qwen3 (protocol tests), float32."""
     server = _server(assets.qwen3_tiny, "qwen", STRUCTSERVE_DTYPE="float32")
     yield server
-    assert server.stop() == 0, "SIGTERM must shut the server down gracefully (exit 0)"
+    code = server.stop()
+    assert code == 0, f"SIGTERM must shut the server down gracefully (exit 0), got {code}"
 
 
 @pytest.fixture(scope="session")
 def smol_server(assets):
-    """structserve on SmolLM2-135M-Instruct (quality tests), float32."""
-    server = _server(assets.smollm2, "smol", STRUCTSERVE_DTYPE="float32")
+    """structserve on SmolLM2-135M-Instruct (quality tests), in its own bfloat16."""
+    server = _server(assets.smollm2, "smol")
     yield server
-    assert server.stop() == 0, "SIGTERM must shut the server down gracefully (exit 0)"
+    code = server.stop()
+    assert code == 0, f"SIGTERM must shut the server down gracefully (exit 0), got {code}"

@@ -17,6 +17,7 @@ class ServiceState:
     settings: Settings
     served_model_name: str
     engine: Any = None  # service.engine.SGLangEngine once loaded
+    grammar: Any = None  # service.grammar.GrammarService once loaded
     pipeline: ChatPipeline | None = None
     context_length: int | None = None
     draining: bool = False

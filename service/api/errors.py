@@ -11,6 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from grammars.errors import GrammarError
 from service.errors import ServiceError
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,10 @@ def install_error_handlers(app: FastAPI) -> None:
             log.error("server error: %s", exc.message)
         return _response(exc.status, service_error_body(exc))
 
+    @app.exception_handler(GrammarError)
+    async def _grammar(_: Request, exc: GrammarError) -> JSONResponse:
+        return _response(400, error_body(exc.message, "invalid_request_error", exc.param, exc.code))
+
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
         return _response(400, _validation_body(exc))
@@ -69,10 +74,14 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         type_ = "invalid_request_error" if exc.status_code < 500 else "server_error"
-        message = str(exc.detail)
+        message, code = str(exc.detail), str(exc.status_code)
+        if message == "There was an error parsing the body":  # FastAPI's text, e.g. RecursionError
+            message = ("the request body could not be parsed: it is not valid JSON or is nested too "
+                       "deeply for the parser; send a flatter JSON object")
+            code = "invalid_json"
         if exc.status_code == 404:
             message = "no such route; see /docs for the API (e.g. POST /v1/chat/completions)"
-        return _response(exc.status_code, error_body(message, type_, None, str(exc.status_code)),
+        return _response(exc.status_code, error_body(message, type_, None, code),
                          headers=getattr(exc, "headers", None))
 
     @app.exception_handler(Exception)

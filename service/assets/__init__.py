@@ -8,6 +8,7 @@ package (``manifest.py``), is verified by sha256, converted once, and cached und
     model_dir("smollm2")                  # bf16 SmolLM2-135M-Instruct checkpoint dir
     model_dir("qwen3-tiny")               # tiny random-weight Qwen3 + real tokenizer
     calibration_text(), eval_text()       # Austen: five novels / Persuasion
+    schema_suite_dir()                    # JSON-Schema-Test-Suite draft2020-12 (tests only)
 
 Contracts: ``fetch`` returns in milliseconds without running pip/npm/apt or importing
 torch when everything is cached and marked complete; concurrent callers are serialized
@@ -45,6 +46,7 @@ __all__ = [
     "eval_text",
     "fetch",
     "model_dir",
+    "schema_suite_dir",
 ]
 
 ASSET_NAMES: tuple[str, ...] = ("smollm2", "qwen3-tiny", "austen")
@@ -110,6 +112,17 @@ def calibration_text(cache_dir: Path | None = None) -> str:
 def eval_text(cache_dir: Path | None = None) -> str:
     """Persuasion (held out from calibration) as one string, fetching it if needed."""
     return austen.eval_text(_austen_cache(cache_dir))
+
+
+def schema_suite_dir(cache_dir: Path | None = None) -> Path:
+    """The JSON-Schema-Test-Suite's ``tests/draft2020-12`` folder, fetching it if needed
+    (``pip download`` of the pinned jsonschema sdist, seconds, once). Test data: not in
+    ``ASSET_NAMES``, so ``fetch()`` never downloads it."""
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    if not build.is_cached("schema-suite", cache):
+        with _fetch_lock(cache):
+            build.ensure_schema_suite(cache)
+    return build.schema_suite_dir(cache)
 
 
 def _austen_cache(cache_dir: Path | None) -> Path:

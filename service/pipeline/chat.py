@@ -13,6 +13,7 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import AsyncIterator
 
+from service.pipeline.constraints import build_constraint
 from service.pipeline.plan import make_plan
 from service.pipeline.prompt import build_prompt
 from service.pipeline.types import (
@@ -20,11 +21,13 @@ from service.pipeline.types import (
     EngineClient,
     EngineDelta,
     GenerationPlan,
+    GrammarChecker,
     ServingLimits,
     ValidatedRequest,
 )
 from service.pipeline.validate import validate_request
 from service.postprocess.response import ChunkFactory, completion, make_usage
+from service.postprocess.validation import validate_output
 from service.protocol.openai import ChatCompletion, ChatCompletionChunk, ChatCompletionRequest
 
 
@@ -37,20 +40,32 @@ class PreparedChat:
 
 
 class ChatPipeline:
-    def __init__(self, engine: EngineClient, template: ChatTemplate, limits: ServingLimits):
+    def __init__(
+        self,
+        engine: EngineClient,
+        template: ChatTemplate,
+        limits: ServingLimits,
+        grammar: GrammarChecker,
+        default_loosening: bool = False,
+    ):
         self.engine = engine
         self.template = template
         self.limits = limits
+        self.grammar = grammar
+        self.default_loosening = default_loosening
 
-    def prepare(self, raw: ChatCompletionRequest) -> PreparedChat:
+    async def prepare(self, raw: ChatCompletionRequest) -> PreparedChat:
         request = validate_request(raw, self.limits)
+        constraint = build_constraint(request, self.default_loosening)
         prompt = build_prompt(request, self.template)
-        plan = make_plan(request, prompt, self.limits)
+        plan = make_plan(request, prompt, self.limits, constraint)
+        if constraint is not None:  # last: the only stage that may take real time
+            await self.grammar.ensure_compiles(constraint)
         return PreparedChat(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), request, plan)
 
     async def complete(self, chat: PreparedChat) -> ChatCompletion:
         outputs = await asyncio.gather(*(self.engine.generate(plan, rid) for rid, plan in _choices(chat)))
-        return completion(chat.rid, chat.created, chat.request.model, outputs)
+        return completion(chat.rid, chat.created, chat.request.model, outputs, chat.plan.constraint)
 
     async def stream(self, chat: PreparedChat) -> AsyncIterator[ChatCompletionChunk]:
         """Chunks of all choices, interleaved as they come; usage last if asked for."""
@@ -58,12 +73,16 @@ class ChatPipeline:
         for index in range(chat.request.n):
             yield chunks.role(index)
         last: dict[int, EngineDelta] = {}
+        texts: dict[int, list[str]] = {}
         async for index, delta in _merge(self.engine, chat):
             last[index] = delta
             if delta.text:
+                texts.setdefault(index, []).append(delta.text)
                 yield chunks.content(index, delta.text)
             if delta.finish_reason is not None:
-                yield chunks.finish(index, delta.finish_reason)
+                text = "".join(texts.get(index, ()))
+                check = validate_output(text, chat.plan.constraint, delta.finish_reason)
+                yield chunks.finish(index, delta.finish_reason, check)
         if chat.request.include_usage and last:
             first = last[0]
             completion_tokens = sum(d.completion_tokens for d in last.values())

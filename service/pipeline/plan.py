@@ -3,10 +3,21 @@
 from __future__ import annotations
 
 from service.errors import ContextLengthError
-from service.pipeline.types import GenerationPlan, PromptIds, ServingLimits, ValidatedRequest
+from service.pipeline.types import (
+    DecodeConstraint,
+    GenerationPlan,
+    PromptIds,
+    ServingLimits,
+    ValidatedRequest,
+)
 
 
-def make_plan(req: ValidatedRequest, prompt: PromptIds, limits: ServingLimits) -> GenerationPlan:
+def make_plan(
+    req: ValidatedRequest,
+    prompt: PromptIds,
+    limits: ServingLimits,
+    constraint: DecodeConstraint | None = None,
+) -> GenerationPlan:
     """One plan per choice; raises ContextLengthError naming the parameter to change.
 
     ``max_tokens`` covers every generated token. Unset, it is whatever room the
@@ -32,4 +43,6 @@ def make_plan(req: ValidatedRequest, prompt: PromptIds, limits: ServingLimits) -
         )
     else:
         max_new = req.max_tokens
-    return GenerationPlan(input_ids=prompt.token_ids, max_new_tokens=max_new, sampling=req.sampling)
+    return GenerationPlan(
+        input_ids=prompt.token_ids, max_new_tokens=max_new, sampling=req.sampling, constraint=constraint
+    )

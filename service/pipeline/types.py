@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import AsyncIterator, Protocol, Sequence
+from typing import Any, AsyncIterator, Protocol, Sequence
 
 Role = str  # "system" | "user" | "assistant" | "tool"
 
@@ -27,6 +27,26 @@ class SamplingOptions:
 
 
 @dataclass(frozen=True)
+class JsonOutputSpec:
+    """The client asked for JSON output: ``schema`` None means any JSON object."""
+
+    schema: dict[str, Any] | bool | None
+    name: str | None
+    allow_loosening: bool | None  # None = the server-wide default
+
+
+@dataclass(frozen=True)
+class DecodeConstraint:
+    """What the grammar enforces (constraints stage) and what the output is checked against."""
+
+    kind: str  # "json_schema" | "structural_tag" | "ebnf" -- an SGLang sampling param
+    value: str
+    validate_schema: dict[str, Any] | bool | None = None  # post-validation (the original schema)
+    loosened: tuple[str, ...] = ()  # "keyword at /pointer" dropped from the grammar
+    param: str | None = None  # the request field it came from, for error messages
+
+
+@dataclass(frozen=True)
 class ValidatedRequest:
     """A request that passed the protocol-level checks (validate stage)."""
 
@@ -38,6 +58,7 @@ class ValidatedRequest:
     n: int
     stream: bool
     include_usage: bool
+    json_output: JsonOutputSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -54,6 +75,7 @@ class GenerationPlan:
     input_ids: tuple[int, ...]
     max_new_tokens: int
     sampling: SamplingOptions
+    constraint: DecodeConstraint | None = None
 
 
 @dataclass(frozen=True)
@@ -90,6 +112,13 @@ class ChatTemplate(Protocol):
     """Renders messages into prompt token ids (implemented over the HF tokenizer)."""
 
     def render(self, messages: Sequence[Message]) -> list[int]: ...
+
+
+class GrammarChecker(Protocol):
+    """Compiles a constraint ahead of the engine (bounded time, cached); raises
+    grammars.errors.GrammarError subclasses for constraints that cannot be enforced."""
+
+    async def ensure_compiles(self, constraint: DecodeConstraint) -> None: ...
 
 
 class EngineClient(Protocol):

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from service.errors import InvalidRequestError, ModelNotFoundError, UnsupportedParameterError
-from service.pipeline.types import Message, SamplingOptions, ServingLimits, ValidatedRequest
+from service.pipeline.types import (
+    JsonOutputSpec,
+    Message,
+    SamplingOptions,
+    ServingLimits,
+    ValidatedRequest,
+)
 from service.protocol.openai import ChatCompletionRequest, ChatMessage
 
 MAX_STOP_SEQUENCES = 4
@@ -27,7 +33,29 @@ def validate_request(req: ChatCompletionRequest, limits: ServingLimits) -> Valid
         n=_n(req.n, limits.max_n),
         stream=req.stream,
         include_usage=bool(req.stream_options and req.stream_options.include_usage),
+        json_output=_json_output(req),
     )
+
+
+def _json_output(req: ChatCompletionRequest) -> JsonOutputSpec | None:
+    """``response_format`` -> what JSON the client wants (None = free text)."""
+    fmt = req.response_format
+    if fmt is None or fmt.type == "text":
+        if fmt is not None and fmt.json_schema is not None:
+            raise InvalidRequestError(
+                "'response_format.json_schema' is only allowed with type 'json_schema'",
+                param="response_format.json_schema",
+            )
+        return None
+    if fmt.type == "json_object":
+        return JsonOutputSpec(schema=None, name=None, allow_loosening=req.allow_schema_loosening)
+    if fmt.json_schema is None or fmt.json_schema.schema_ is None:
+        raise InvalidRequestError(
+            "response_format type 'json_schema' needs 'json_schema': {'name': ..., 'schema': {...}}",
+            param="response_format.json_schema.schema",
+        )
+    spec = fmt.json_schema
+    return JsonOutputSpec(schema=spec.schema_, name=spec.name, allow_loosening=req.allow_schema_loosening)
 
 
 def _messages(messages: list[ChatMessage]) -> tuple[Message, ...]:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from service.pipeline.types import EngineOutput
+from service.pipeline.types import DecodeConstraint, EngineOutput
+from service.postprocess.validation import validate_output
 from service.protocol.openai import (
     AssistantMessage,
     ChatCompletion,
@@ -12,6 +13,7 @@ from service.protocol.openai import (
     Choice,
     ChunkChoice,
     Delta,
+    SchemaValidation,
     Usage,
 )
 
@@ -26,10 +28,17 @@ def make_usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -
     )
 
 
-def completion(rid: str, created: int, model: str, outputs: Sequence[EngineOutput]) -> ChatCompletion:
+def completion(
+    rid: str, created: int, model: str, outputs: Sequence[EngineOutput], constraint: DecodeConstraint | None
+) -> ChatCompletion:
     """The non-streaming response; prompt tokens are counted once for all choices."""
     choices = [
-        Choice(index=i, message=AssistantMessage(content=o.text), finish_reason=o.finish_reason)
+        Choice(
+            index=i,
+            message=AssistantMessage(content=o.text),
+            finish_reason=o.finish_reason,
+            schema_validation=validate_output(o.text, constraint, o.finish_reason),
+        )
         for i, o in enumerate(outputs)
     ]
     usage = make_usage(
@@ -55,10 +64,9 @@ class ChunkFactory:
             **self._head, choices=[ChunkChoice(index=index, delta=Delta(content=text))]
         )
 
-    def finish(self, index: int, reason: str) -> ChatCompletionChunk:
-        return ChatCompletionChunk(
-            **self._head, choices=[ChunkChoice(index=index, delta=Delta(), finish_reason=reason)]
-        )
+    def finish(self, index: int, reason: str, validation: SchemaValidation | None = None) -> ChatCompletionChunk:
+        choice = ChunkChoice(index=index, delta=Delta(), finish_reason=reason, schema_validation=validation)
+        return ChatCompletionChunk(**self._head, choices=[choice])
 
     def usage(self, usage: Usage) -> ChatCompletionChunk:
         return ChatCompletionChunk(**self._head, choices=[], usage=usage)

@@ -6,13 +6,13 @@ naming it, never silently dropped.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
 class TextPart(_Strict):
@@ -20,15 +20,81 @@ class TextPart(_Strict):
     text: str
 
 
+class FunctionCall(_Strict):
+    name: str
+    arguments: str
+
+
+class ToolCall(_Strict):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class ChatMessage(_Strict):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
     name: str | None = None
     tool_call_id: str | None = None
+    tool_calls: list[ToolCall] | None = None
+
+
+TOOL_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
+
+
+class FunctionDef(_Strict):
+    name: str = Field(pattern=TOOL_NAME_PATTERN)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class Tool(_Strict):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class FunctionName(_Strict):
+    name: str
+
+
+class NamedToolChoice(_Strict):
+    type: Literal["function"]
+    function: FunctionName
+
+
+class AllowedToolRef(_Strict):
+    type: Literal["function"]
+    function: FunctionName
+
+
+class AllowedTools(_Strict):
+    mode: Literal["auto", "required"]
+    tools: list[AllowedToolRef]
+
+
+class AllowedToolsChoice(_Strict):
+    type: Literal["allowed_tools"]
+    allowed_tools: AllowedTools
+
+
+ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice | AllowedToolsChoice
 
 
 class StreamOptions(_Strict):
     include_usage: bool = False
+
+
+class JSONSchemaSpec(_Strict):
+    name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
+    description: str | None = None
+    schema_: dict[str, Any] | bool | None = Field(None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(_Strict):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JSONSchemaSpec | None = None
 
 
 class ChatCompletionRequest(_Strict):
@@ -43,6 +109,10 @@ class ChatCompletionRequest(_Strict):
     n: int = 1
     stream: bool = False
     stream_options: StreamOptions | None = None
+    response_format: ResponseFormat | None = None
+    # structserve extension: accept schema keywords the grammar cannot enforce exactly
+    # (they are dropped from the grammar; the output is still validated against them).
+    allow_schema_loosening: bool | None = None
     presence_penalty: float | None = Field(None, ge=-2, le=2)
     frequency_penalty: float | None = Field(None, ge=-2, le=2)
     user: str | None = None
@@ -61,11 +131,19 @@ class AssistantMessage(BaseModel):
     content: str | None
 
 
+class SchemaValidation(BaseModel):
+    """structserve extension on a choice: the post-validation of JSON output."""
+
+    valid: bool
+    error: str | None = None
+
+
 class Choice(BaseModel):
     index: int
     message: AssistantMessage
     finish_reason: str | None
     logprobs: None = None
+    schema_validation: SchemaValidation | None = None
 
 
 class ChatCompletion(BaseModel):
@@ -88,6 +166,7 @@ class ChunkChoice(BaseModel):
     delta: Delta
     finish_reason: str | None = None
     logprobs: None = None
+    schema_validation: SchemaValidation | None = None
 
 
 class ChatCompletionChunk(BaseModel):

@@ -3,6 +3,11 @@ near-tie can flip an argmax. Runs the real engine in-process on the real models.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 N_TOKENS = 24
@@ -27,19 +32,14 @@ def hf_greedy(model_dir, prompt_ids):
 
 
 def sglang_greedy(model_dir, prompt_ids):
-    from service.engine import EngineOptions, prepare_process_env
-
-    prepare_process_env("cpu")
-    import sglang
-
-    options = EngineOptions(model_path=model_dir, dtype="float32", max_total_tokens=4096, page_size=1)
-    engine = sglang.Engine(**options.engine_kwargs())
-    try:
-        params = {"temperature": 0, "max_new_tokens": N_TOKENS, "ignore_eos": True}
-        outs = engine.generate(input_ids=[list(p) for p in prompt_ids], sampling_params=params)
-        return [o["output_ids"] for o in outs]
-    finally:
-        engine.shutdown()
+    script = Path(__file__).with_name("sglang_greedy.py")
+    proc = subprocess.run(
+        [sys.executable, str(script), str(model_dir), str(N_TOKENS), json.dumps([list(p) for p in prompt_ids])],
+        capture_output=True, text=True, timeout=600,
+    )
+    line = next((l for l in proc.stdout.splitlines() if l.startswith("OUTPUT_IDS ")), None)
+    assert line, f"engine run failed ({proc.returncode}):\n{proc.stderr[-3000:]}"
+    return json.loads(line[len("OUTPUT_IDS "):])
 
 
 @pytest.mark.parametrize("asset", ["qwen3_tiny", "smollm2"])

@@ -22,7 +22,7 @@ async def chat_completions(
     request: Request,
     pipeline: Annotated[ChatPipeline, Depends(ready_pipeline)],
 ):
-    prepared = pipeline.prepare(body)
+    prepared = await pipeline.prepare(body)
     if prepared.request.stream:
         return StreamingResponse(
             sse(pipeline.stream(prepared)),

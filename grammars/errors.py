@@ -1,0 +1,137 @@
+"""Typed errors of the grammar layer (pure: no torch, sglang, fastapi or xgrammar).
+
+Every error is a ``GrammarError`` with what the OpenAI error envelope needs:
+
+- ``message``: says what is wrong and what to change;
+- ``param``: the request field (set by the service with ``with_param``, e.g.
+  ``"response_format.json_schema.schema"`` or ``"tools.2.function.parameters"``);
+- ``pointer``: RFC 6901 JSON pointer inside the schema (``""`` is the root), or None;
+- ``keyword``: the JSON-Schema keyword at fault, or None;
+- ``code``: a stable machine-readable code (class attribute).
+
+The service maps every ``GrammarError`` to HTTP 400.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+__all__ = [
+    "LOOSENING_HINT",
+    "GrammarCompileError",
+    "GrammarError",
+    "InvalidSchemaError",
+    "RemoteRefError",
+    "SchemaTooComplexError",
+    "Unsupported",
+    "UnsupportedKeywordError",
+]
+
+LOOSENING_HINT = (
+    'or set "allow_schema_loosening": true in the request to drop them from the grammar '
+    "(the output is still validated against the full schema)"
+)
+"""How a client opts into loosening; quoted by ``UnsupportedKeywordError``."""
+
+_E = TypeVar("_E", bound="GrammarError")
+
+
+@dataclass(frozen=True)
+class Unsupported:
+    """One keyword occurrence the grammar engine would not enforce exactly.
+
+    Attributes:
+        keyword: the JSON-Schema keyword (e.g. ``"uniqueItems"``).
+        pointer: RFC 6901 pointer of the subschema holding it (``""`` = root), or
+            None when only known from the compiler's warning.
+        reason: why it is not enforced and what to do instead.
+    """
+
+    keyword: str
+    pointer: str | None
+    reason: str
+
+    def describe(self) -> str:
+        """``"`kw` at /p: reason"`` for messages."""
+        where = "(location unknown)" if self.pointer is None else (self.pointer or "/")
+        return f"`{self.keyword}` at {where}: {self.reason}"
+
+
+class GrammarError(Exception):
+    """Base class: a constraint the service cannot turn into an exact grammar (400)."""
+
+    code: str = "grammar_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        pointer: str | None = None,
+        keyword: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.pointer = pointer
+        self.keyword = keyword
+
+    def __str__(self) -> str:
+        return self.message
+
+    def with_param(self: _E, param: str | None) -> _E:
+        """A copy of this error (same class and attributes) with ``param`` set."""
+        clone = type(self).__new__(type(self), *self.args)
+        clone.__dict__.update(self.__dict__)
+        clone.args = self.args
+        clone.param = param
+        return clone
+
+
+class InvalidSchemaError(GrammarError):
+    """Not a valid Draft 2020-12 JSON Schema (metaschema check, or a dangling local
+    ``$ref``); ``pointer`` locates the failing part."""
+
+    code = "invalid_schema"
+
+
+class UnsupportedKeywordError(GrammarError):
+    """Keywords the grammar would silently not enforce (fail closed).
+
+    ``unsupported`` lists every occurrence; ``keyword``/``pointer`` are the first one's.
+    """
+
+    code = "unsupported_schema_keyword"
+
+    def __init__(self, unsupported: Sequence[Unsupported], *, param: str | None = None) -> None:
+        items = tuple(unsupported)
+        if not items:
+            raise ValueError("UnsupportedKeywordError needs at least one Unsupported")
+        listed = "; ".join(u.describe() for u in items)
+        message = (
+            f"the schema uses {len(items)} keyword occurrence(s) the grammar engine cannot "
+            f"enforce exactly: {listed}. Remove or rewrite them, {LOOSENING_HINT}"
+        )
+        super().__init__(message, param=param, pointer=items[0].pointer, keyword=items[0].keyword)
+        self.unsupported = items
+
+
+class RemoteRefError(GrammarError):
+    """A ``$ref`` that is not a local JSON pointer (``#`` or ``#/...``)."""
+
+    code = "remote_ref"
+
+
+class SchemaTooComplexError(GrammarError):
+    """Beyond a size limit (depth, nodes, enum size, bytes) or compile took too long."""
+
+    code = "schema_too_complex"
+
+
+class GrammarCompileError(GrammarError):
+    """xgrammar rejected the constraint (e.g. an invalid ``pattern``) or crashed on it;
+    the message quotes xgrammar."""
+
+    code = "grammar_compile_failed"

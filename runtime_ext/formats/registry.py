@@ -1,0 +1,104 @@
+"""The registered tool-call formats and ``get_format``.
+
+Marker strings were checked against SGLang 0.5.23's detectors
+(``sglang/srt/function_call/{qwen25,llama32,mistral,deepseekv3,pythonic}_detector.py``).
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Mapping
+
+from runtime_ext.formats.spec import CallStyle, ToolFormat, UnknownFormatError
+
+# DeepSeek's markers use U+FF5C (fullwidth vertical line) and U+2581 (lower one eighth block).
+_BAR, _SP = "\uff5c", "\u2581"
+DEEPSEEK_CALLS_BEGIN = f"<{_BAR}tool{_SP}calls{_SP}begin{_BAR}>"
+DEEPSEEK_CALLS_END = f"<{_BAR}tool{_SP}calls{_SP}end{_BAR}>"
+DEEPSEEK_CALL_BEGIN = f"<{_BAR}tool{_SP}call{_SP}begin{_BAR}>"
+DEEPSEEK_CALL_END = f"<{_BAR}tool{_SP}call{_SP}end{_BAR}>"
+DEEPSEEK_SEP = f"<{_BAR}tool{_SP}sep{_BAR}>"
+
+QWEN = ToolFormat(
+    name="qwen",
+    style=CallStyle.TAGGED,
+    call_start="<tool_call>",
+    call_end="</tool_call>",
+    separator="\n",
+    padding="\n",
+    arguments_aliases=("parameters",),
+    bare_calls=True,
+    description='Qwen2.5/Qwen3 (= hermes): <tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>',
+)
+GENERIC = ToolFormat(
+    name="generic",
+    style=CallStyle.TAGGED,
+    call_start="<tool_call>",
+    call_end="</tool_call>",
+    separator="\n",
+    arguments_aliases=("parameters",),
+    description="templates without a tools section: the syntax is taught by render_tools_prompt",
+)
+LLAMA3 = ToolFormat(
+    name="llama3",
+    style=CallStyle.JSON_SEQUENCE,
+    call_start="<|python_tag|>",
+    separator="; ",
+    arguments_key="parameters",
+    arguments_aliases=("arguments",),
+    bare_calls=True,
+    description='Llama 3.x JSON calls {"name": ..., "parameters": {...}}, optional <|python_tag|>, ";"-separated',
+)
+MISTRAL = ToolFormat(
+    name="mistral",
+    style=CallStyle.JSON_ARRAY,
+    call_start="[TOOL_CALLS]",
+    separator=", ",
+    padding=" ",
+    description='Mistral: [TOOL_CALLS] [{"name": ..., "arguments": {...}}, ...]',
+)
+DEEPSEEK_V3 = ToolFormat(
+    name="deepseek_v3",
+    style=CallStyle.NAMED_BLOCKS,
+    call_start=f"{DEEPSEEK_CALL_BEGIN}function{DEEPSEEK_SEP}",
+    call_end=DEEPSEEK_CALL_END,
+    separator="\n",
+    section_start=DEEPSEEK_CALLS_BEGIN,
+    section_end=DEEPSEEK_CALLS_END,
+    name_end="\n```json\n",
+    arguments_end="\n```",
+    description="DeepSeek-V3: calls section, function<sep>NAME then a ```json block per call",
+)
+PYTHONIC = ToolFormat(
+    name="pythonic",
+    style=CallStyle.PYTHONIC,
+    call_start="",
+    separator=", ",
+    bare_calls=True,
+    description='Python call list at the start of the output: [f(a=1, b="x"), g()]',
+)
+
+_FORMATS: Mapping[str, ToolFormat] = MappingProxyType(
+    {f.name: f for f in (QWEN, LLAMA3, MISTRAL, DEEPSEEK_V3, PYTHONIC, GENERIC)}
+)
+_ALIASES: Mapping[str, str] = MappingProxyType(
+    {"hermes": "qwen", "qwen25": "qwen", "qwen3": "qwen", "deepseekv3": "deepseek_v3"}
+)
+
+FORMAT_NAMES: tuple[str, ...] = tuple(_FORMATS)
+"""Canonical format names, in registry order."""
+
+
+def get_format(name: str | ToolFormat) -> ToolFormat:
+    """The format registered under ``name`` (or an alias such as ``hermes``).
+
+    A ``ToolFormat`` is returned unchanged. Raises :class:`UnknownFormatError`
+    (a ``KeyError`` whose message lists the valid names) for anything else.
+    """
+    if isinstance(name, ToolFormat):
+        return name
+    key = _ALIASES.get(name, name)
+    try:
+        return _FORMATS[key]
+    except KeyError:
+        raise UnknownFormatError(name, FORMAT_NAMES) from None

@@ -1,0 +1,106 @@
+"""The frozen description of one tool-call family (markers, envelope, separators).
+
+Pure: imports neither torch, sglang, fastapi nor xgrammar. Parsers
+(``runtime_ext.parsers``), grammars (``grammars.tool_calls``) and prompt rendering
+all read the same :class:`ToolFormat`, so the text a grammar forces is exactly the
+text the parser expects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class CallStyle(str, Enum):
+    """How calls are laid out in the model's output.
+
+    - ``TAGGED``: every call is ``call_start ENVELOPE call_end``; calls may appear
+      anywhere in the text, text may sit between them (qwen/hermes, generic).
+    - ``JSON_SEQUENCE``: an optional ``call_start``, then JSON envelopes separated
+      by ``separator`` (llama3: ``<|python_tag|>`` and ``;``).
+    - ``JSON_ARRAY``: ``call_start`` then one JSON array of envelopes (mistral).
+    - ``NAMED_BLOCKS``: ``section_start``, then per call
+      ``call_start NAME name_end ARGS arguments_end call_end``, then
+      ``section_end`` (deepseek_v3).
+    - ``PYTHONIC``: a Python list of calls ``[f(a=1), g()]`` with literal
+      keyword arguments.
+    """
+
+    TAGGED = "tagged"
+    JSON_SEQUENCE = "json_sequence"
+    JSON_ARRAY = "json_array"
+    NAMED_BLOCKS = "named_blocks"
+    PYTHONIC = "pythonic"
+
+
+@dataclass(frozen=True)
+class ToolFormat:
+    """One tool-call family. Every string is matched exactly by the parsers.
+
+    Fields:
+        name: registry name (``get_format(name)``).
+        style: the layout, see :class:`CallStyle`.
+        call_start: marker opening one call (TAGGED, NAMED_BLOCKS) or the group of
+            calls (JSON_SEQUENCE: optional ``<|python_tag|>``; JSON_ARRAY:
+            ``[TOOL_CALLS]``; PYTHONIC: ``""``, the list starts with ``[``).
+        call_end: marker closing one call (TAGGED, NAMED_BLOCKS), else ``""``.
+        separator: canonical text between two consecutive calls. The parser
+            accepts any whitespace around its non-space part.
+        padding: whitespace written just inside ``call_start``/``call_end`` when
+            rendering (qwen writes ``<tool_call>\\n{...}\\n</tool_call>``); the
+            parser accepts any whitespace there.
+        section_start / section_end: NAMED_BLOCKS only: markers around all calls.
+        name_key: JSON key of the function name in an envelope.
+        arguments_key: JSON key of the arguments object written when rendering.
+        arguments_aliases: other keys the parser accepts for the arguments.
+        bare_calls: the parser also accepts calls written without ``call_start``,
+            but only at the very start of the output (after whitespace) or right
+            after a previous call (real Qwen2.5 emits bare JSON; Llama 3.x emits
+            JSON without ``<|python_tag|>``; pythonic lists have no marker).
+        name_end: NAMED_BLOCKS only: text that ends the function name.
+        arguments_end: NAMED_BLOCKS only: text after the arguments object.
+        json_separators: (item, key) separators of the canonical JSON envelope,
+            matching SGLang's JSON with ``constrained_json_disable_any_whitespace``
+            (xgrammar ``any_whitespace=False`` writes ``", "`` and ``": "``).
+        description: one line for docs and errors.
+    """
+
+    name: str
+    style: CallStyle
+    call_start: str
+    call_end: str = ""
+    separator: str = ""
+    padding: str = ""
+    section_start: str = ""
+    section_end: str = ""
+    name_key: str = "name"
+    arguments_key: str = "arguments"
+    arguments_aliases: tuple[str, ...] = ()
+    bare_calls: bool = False
+    name_end: str = ""
+    arguments_end: str = ""
+    json_separators: tuple[str, str] = (", ", ": ")
+    description: str = ""
+
+    @property
+    def arguments_keys(self) -> tuple[str, ...]:
+        """Every key the parser accepts for the arguments (canonical first)."""
+        return (self.arguments_key, *self.arguments_aliases)
+
+    @property
+    def opener(self) -> str:
+        """The marker whose appearance in free text starts a call group ("" if none)."""
+        return self.section_start or self.call_start
+
+
+class UnknownFormatError(KeyError):
+    """``get_format`` was given a name that is not registered."""
+
+    def __init__(self, name: str, valid: tuple[str, ...]) -> None:
+        super().__init__(name)
+        self.name = name
+        self.valid = valid
+
+    def __str__(self) -> str:
+        return f"unknown tool-call format {self.name!r}; valid formats: {', '.join(self.valid)}"

@@ -1,0 +1,29 @@
+"""Prometheus metrics of the service (one registry; rendered by GET /metrics)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+REGISTRY = CollectorRegistry()
+REQUESTS = Counter("structserve_requests", "HTTP requests by route and status", ["route", "status"], registry=REGISTRY)
+KV_USED = Gauge("structserve_kv_used_tokens", "KV pool tokens held by running requests", registry=REGISTRY)
+KV_CAPACITY = Gauge("structserve_kv_capacity_tokens", "KV pool size in tokens", registry=REGISTRY)
+READY = Gauge("structserve_ready", "1 when the engine serves requests", registry=REGISTRY)
+PLUGIN = Gauge(
+    "structserve_runtime_ext_loaded",
+    "1 when the runtime_ext plugin reports itself from inside SGLang's scheduler process",
+    ["scheduler_pid", "version"],
+    registry=REGISTRY,
+)
+GRAMMAR_COMPILE_SECONDS = Histogram(
+    "structserve_grammar_compile_seconds", "Grammar compile time (cache misses)", ["kind"], registry=REGISTRY,
+    buckets=(0.001, 0.005, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+GRAMMAR_CACHE = Counter("structserve_grammar_cache", "Grammar compile cache lookups", ["kind", "result"],
+                        registry=REGISTRY)
+SCHEMA_VALIDATION_FAILURES = Counter(
+    "structserve_schema_validation_failures",
+    "JSON outputs failing post-validation (reason: truncated by max_tokens, or invalid)",
+    ["reason"],
+    registry=REGISTRY,
+)
