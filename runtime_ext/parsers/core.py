@@ -265,3 +265,15 @@ def text_loop(core: Core, try_call: Callable[[], Step[bool]], starters: Callable
             end += 1
         core.pos = end
         core.emit_text(text[pos:end])
+
+
+def marked_loop(core: Core, marker: str, body: Callable[[Core], Step[None]]) -> Step[None]:
+    """``text_loop`` for styles whose calls start at one marker: at ``marker`` run ``body``."""
+
+    def try_call() -> Step[bool]:
+        if (yield from core.match(marker)):
+            yield from body(core)
+            return True
+        return False
+
+    yield from text_loop(core, try_call, lambda: marker[:1])

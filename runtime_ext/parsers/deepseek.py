@@ -9,7 +9,7 @@ closing markers at the end of the output are tolerated.
 
 from __future__ import annotations
 
-from runtime_ext.parsers.core import Core, Step, Truncated, text_loop
+from runtime_ext.parsers.core import Core, Step, Truncated, marked_loop
 from runtime_ext.parsers.jsonscan import scan_container, stream_value
 
 
@@ -95,11 +95,4 @@ def _section(core: Core) -> Step[None]:
 
 def run_named_blocks(core: Core) -> Step[None]:
     """The whole output in the NAMED_BLOCKS style."""
-
-    def try_call() -> Step[bool]:
-        if (yield from core.match(core.fmt.section_start)):
-            yield from _section(core)
-            return True
-        return False
-
-    yield from text_loop(core, try_call, lambda: core.fmt.section_start[:1])
+    yield from marked_loop(core, core.fmt.section_start, _section)

@@ -8,7 +8,7 @@ the end of the output is tolerated.
 
 from __future__ import annotations
 
-from runtime_ext.parsers.core import Core, Step, text_loop
+from runtime_ext.parsers.core import Core, Step, marked_loop
 from runtime_ext.parsers.envelope import read_envelope
 
 
@@ -54,11 +54,4 @@ def _array(core: Core) -> Step[None]:
 
 def run_array(core: Core) -> Step[None]:
     """The whole output in the JSON_ARRAY style."""
-
-    def try_call() -> Step[bool]:
-        if (yield from core.match(core.fmt.call_start)):
-            yield from _array(core)
-            return True
-        return False
-
-    yield from text_loop(core, try_call, lambda: core.fmt.call_start[:1])
+    yield from marked_loop(core, core.fmt.call_start, _array)
