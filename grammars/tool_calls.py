@@ -81,6 +81,10 @@ class UnsupportedToolFormatError(NotImplementedError):
 
 def _arguments(tool: ToolSpec, json_grammar: JsonGrammar | None) -> dict[str, Any]:
     schema = dict(tool.parameters) if tool.parameters is not None else dict(EMPTY_PARAMETERS)
+    return _json(schema, json_grammar)
+
+
+def _json(schema: Mapping[str, Any], json_grammar: JsonGrammar | None) -> dict[str, Any]:
     if json_grammar is not None:
         return {"type": "grammar", "grammar": json_grammar(schema)}
     return {"type": "json_schema", "json_schema": schema, "max_whitespace_cnt": JSON_WHITESPACE_LIMIT}
@@ -111,15 +115,18 @@ def _grouped(fmt: ToolFormat, calls: dict[str, Any]) -> dict[str, Any]:
     return {"type": "tag", "begin": opening, "content": calls, "end": closing}
 
 
-def _format(fmt: ToolFormat, tags: list[dict[str, Any]], mode: Mode, parallel: bool) -> dict[str, Any]:
+def _format(
+    fmt: ToolFormat, tags: list[dict[str, Any]], mode: Mode, parallel: bool, answer: dict[str, Any] | None
+) -> dict[str, Any]:
     calls = _calls(fmt, tags, parallel)
     if fmt.style in (CallStyle.JSON_ARRAY, CallStyle.NAMED_BLOCKS):
         calls = _grouped(fmt, calls)
-        if mode != "auto":
-            return calls
-        return {"type": "triggered_tags", "triggers": [fmt.opener], "tags": [calls], "stop_after_first": True}
     if mode != "auto":
         return calls
+    if answer is not None:
+        return {"type": "or", "elements": [calls, answer]}
+    if fmt.style in (CallStyle.JSON_ARRAY, CallStyle.NAMED_BLOCKS):
+        return {"type": "triggered_tags", "triggers": [fmt.opener], "tags": [calls], "stop_after_first": True}
     if fmt.style is CallStyle.TAGGED:
         return {"type": "triggered_tags", "triggers": [fmt.call_start], "tags": tags, "stop_after_first": not parallel}
     free_text = {"type": "any_text", "excludes": ['{"' + fmt.name_key + '"', fmt.call_start]}
@@ -151,8 +158,13 @@ def tool_call_constraint(
     parallel: bool = True,
     *,
     json_grammar: JsonGrammar | None = None,
+    answer_schema: Mapping[str, Any] | None = None,
 ) -> Constraint:
     """The structural-tag constraint for tool calls in ``fmt`` (semantics: module doc).
+
+    ``answer_schema`` (auto mode only): the output is either the calls or one JSON
+    value matching this schema (tools together with ``response_format``), never
+    free text.
 
     Raises :class:`ToolConstraintError` for bad input and
     :class:`UnsupportedToolFormatError` for formats without a grammar (pythonic).
@@ -162,6 +174,7 @@ def tool_call_constraint(
     if fmt.style not in _SUPPORTED:
         raise UnsupportedToolFormatError(fmt.name, mode)
     selected = _selected(tools, mode, named)
-    structure = _format(fmt, _tags(fmt, selected, json_grammar), mode, parallel)
+    answer = None if answer_schema is None else _json(answer_schema, json_grammar)
+    structure = _format(fmt, _tags(fmt, selected, json_grammar), mode, parallel, answer)
     value = json.dumps({"type": "structural_tag", "format": structure}, ensure_ascii=False, separators=(",", ":"))
     return Constraint("structural_tag", value)

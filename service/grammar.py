@@ -33,10 +33,20 @@ class GrammarService:
         try:
             stats = await asyncio.to_thread(self._compile[constraint.kind], constraint.value)
         except GrammarError as exc:
+            await self._blame_part(constraint)
             raise exc.with_param(constraint.param) from None
         GRAMMAR_CACHE.labels(kind=constraint.kind, result="hit" if stats.cache_hit else "miss").inc()
         if not stats.cache_hit:
             GRAMMAR_COMPILE_SECONDS.labels(kind=constraint.kind).observe(stats.seconds)
+
+    async def _blame_part(self, constraint: DecodeConstraint) -> None:
+        """A combined grammar failed: re-raise the first of its schemas that fails alone,
+        naming its request field (e.g. ``tools.3.function.parameters``)."""
+        for param, schema in constraint.parts:
+            try:
+                await asyncio.to_thread(self._compiler.compile_json_schema, schema)
+            except GrammarError as exc:
+                raise exc.with_param(param) from None
 
     def close(self) -> None:
         self._compiler.close()

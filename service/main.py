@@ -12,6 +12,7 @@ from typing import Any, AsyncIterator
 
 from fastapi import FastAPI
 
+from runtime_ext.formats import select_format
 from service.api.deps import ServiceState
 from service.api.errors import install_error_handlers
 from service.api.routes import chat, health, metrics, models
@@ -32,9 +33,11 @@ def engine_options(settings: Settings, model_dir: Path) -> EngineOptions:
 
 async def _load(state: ServiceState, model_dir: Path, on_failure: Any) -> None:
     try:
+        template = await asyncio.to_thread(HFChatTemplate, model_dir)
+        tool_format = select_format(state.settings.tool_format, template.model_type, template.renders_tools)
+        log.info("tool-call format: %s (template renders tools: %s)", tool_format.name, template.renders_tools)
         engine = await asyncio.to_thread(SGLangEngine.start, engine_options(state.settings, model_dir))
         state.engine = engine
-        template = await asyncio.to_thread(HFChatTemplate, model_dir)
         g = state.settings.grammar
         state.grammar = GrammarService(model_dir, timeout_s=g.compile_timeout_s, cache_size=g.cache_size)
         state.context_length = engine.context_length
@@ -44,7 +47,9 @@ async def _load(state: ServiceState, model_dir: Path, on_failure: Any) -> None:
             max_n=state.settings.request.max_n,
             default_max_tokens=state.settings.request.default_max_tokens,
         )
-        state.pipeline = ChatPipeline(engine, template, limits, state.grammar, g.allow_schema_loosening)
+        state.pipeline = ChatPipeline(
+            engine, template, limits, state.grammar, g.allow_schema_loosening, tool_format
+        )
         report = await engine.plugin_report()
         log.info("engine ready; runtime_ext in scheduler: %s", report)
     except Exception as exc:  # reported through /ready and the process exit code

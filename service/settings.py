@@ -60,6 +60,7 @@ class Settings(BaseSettings):
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
     cache_dir: Path | None = None
     log_level: str = "info"
+    tool_format: str = "auto"
     engine: EngineSettings = EngineSettings()
     request: RequestSettings = RequestSettings()
     grammar: GrammarSettings = GrammarSettings()

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
+from runtime_ext.formats import template_renders_tools
 from service.errors import InvalidRequestError
-from service.pipeline.types import Message
+from service.pipeline.types import Message, ToolDef
+
+EMPTY_PARAMETERS = {"type": "object", "properties": {}}
 
 
 class HFChatTemplate:
-    """Renders messages with the tokenizer's own Jinja chat template."""
+    """Renders messages (and tools) with the tokenizer's own Jinja chat template."""
 
     def __init__(self, model_dir: Path):
         from transformers import AutoTokenizer
@@ -18,14 +22,17 @@ class HFChatTemplate:
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
         if not getattr(self.tokenizer, "chat_template", None):
             raise ValueError(f"the tokenizer in {model_dir} has no chat template")
+        self.renders_tools = template_renders_tools(self.tokenizer.chat_template)
+        config = model_dir / "config.json"
+        self.model_type = json.loads(config.read_text()).get("model_type") if config.is_file() else None
 
-    def render(self, messages: Sequence[Message]) -> list[int]:
+    def render(self, messages: Sequence[Message], tools: Sequence[ToolDef] = ()) -> list[int]:
         from jinja2 import TemplateError
 
         conversation = [_as_dict(m) for m in messages]
         try:
             text = self.tokenizer.apply_chat_template(
-                conversation, tokenize=False, add_generation_prompt=True
+                conversation, tools=[_tool(t) for t in tools] or None, tokenize=False, add_generation_prompt=True
             )
         except TemplateError as exc:
             raise InvalidRequestError(
@@ -34,10 +41,22 @@ class HFChatTemplate:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
 
-def _as_dict(message: Message) -> dict[str, str]:
-    out = {"role": message.role, "content": message.content}
+def _tool(tool: ToolDef) -> dict[str, Any]:
+    function: dict[str, Any] = {"name": tool.name, "parameters": tool.parameters or EMPTY_PARAMETERS}
+    if tool.description:
+        function["description"] = tool.description
+    return {"type": "function", "function": function}
+
+
+def _as_dict(message: Message) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": message.role, "content": message.content}
     if message.name:
         out["name"] = message.name
     if message.tool_call_id:
         out["tool_call_id"] = message.tool_call_id
+    if message.tool_calls:
+        out["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.loads(c.arguments)}}
+            for c in message.tool_calls
+        ]
     return out

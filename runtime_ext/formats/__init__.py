@@ -14,6 +14,7 @@ from runtime_ext.formats.render import (
     render_calls,
     render_calls_with_spans,
 )
+from runtime_ext.formats.select import ToolFormatSelectionError, select_format
 from runtime_ext.formats.spec import CallStyle, ToolFormat, UnknownFormatError
 from runtime_ext.formats.templates import template_renders_tools
 
@@ -24,6 +25,7 @@ __all__ = [
     "NamedChoice",
     "ToolChoiceHint",
     "ToolFormat",
+    "ToolFormatSelectionError",
     "UnknownFormatError",
     "call_frame",
     "get_format",
@@ -33,5 +35,6 @@ __all__ = [
     "render_calls",
     "render_calls_with_spans",
     "render_tools_prompt",
+    "select_format",
     "template_renders_tools",
 ]

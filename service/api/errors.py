@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -29,13 +30,23 @@ def _response(status: int, body: dict[str, Any], headers: dict[str, str] | None 
     return JSONResponse(status_code=status, content=body, headers=headers)
 
 
+# pydantic names the union member it tried in ``loc`` ("literal['a','b']", "NamedToolChoice",
+# "str"): not a request field, so not part of ``param``.
+_UNION_TAG = re.compile(r"[\[(']|^[A-Z][A-Za-z]+$|^(str|int|float|bool|dict|list|none)$")
+_HINTS = {
+    "tool_choice": "must be 'none', 'auto', 'required', {\"type\": \"function\", \"function\": "
+    "{\"name\": NAME}} or {\"type\": \"allowed_tools\", \"allowed_tools\": {\"mode\": \"auto\"|"
+    "\"required\", \"tools\": [...]}}",
+}
+
+
 def _validation_body(exc: RequestValidationError) -> dict[str, Any]:
     """Translate pydantic's first complaint into one message that says what to change."""
     errors = exc.errors()
     if not errors:
         return error_body("invalid request", "invalid_request_error", None, "invalid_request")
     first = errors[0]
-    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    loc = [str(p) for p in first.get("loc", ()) if p != "body" and not _UNION_TAG.search(str(p))]
     param = ".".join(loc) or None
     kind = first.get("type", "")
     if kind == "json_invalid":
@@ -49,7 +60,7 @@ def _validation_body(exc: RequestValidationError) -> dict[str, Any]:
         what = f"'{param}' is required" if param else "a JSON request body is required"
         return error_body(what, "invalid_request_error", param, "missing_required_parameter")
     where = f"'{param}'" if param else "the request body"
-    message = f"{where}: {first.get('msg', 'invalid value')}"
+    message = f"{where}: {_HINTS.get(param or '') or first.get('msg', 'invalid value')}"
     extra = len(errors) - 1
     if extra:
         message += f" (and {extra} more problem{'s' if extra > 1 else ''})"

@@ -13,6 +13,7 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import AsyncIterator
 
+from runtime_ext.formats import ToolFormat
 from service.pipeline.constraints import build_constraint
 from service.pipeline.plan import make_plan
 from service.pipeline.prompt import build_prompt
@@ -26,8 +27,8 @@ from service.pipeline.types import (
     ValidatedRequest,
 )
 from service.pipeline.validate import validate_request
+from service.postprocess.choice import ChoiceOutput
 from service.postprocess.response import ChunkFactory, completion, make_usage
-from service.postprocess.validation import validate_output
 from service.protocol.openai import ChatCompletion, ChatCompletionChunk, ChatCompletionRequest
 
 
@@ -47,7 +48,9 @@ class ChatPipeline:
         limits: ServingLimits,
         grammar: GrammarChecker,
         default_loosening: bool = False,
+        tool_format: ToolFormat | None = None,
     ):
+        self.tool_format = tool_format
         self.engine = engine
         self.template = template
         self.limits = limits
@@ -56,16 +59,20 @@ class ChatPipeline:
 
     async def prepare(self, raw: ChatCompletionRequest) -> PreparedChat:
         request = validate_request(raw, self.limits)
-        constraint = build_constraint(request, self.default_loosening)
-        prompt = build_prompt(request, self.template)
+        constraint = build_constraint(request, self.default_loosening, self.tool_format)
+        prompt = build_prompt(request, self.template, self.tool_format)
         plan = make_plan(request, prompt, self.limits, constraint)
         if constraint is not None:  # last: the only stage that may take real time
             await self.grammar.ensure_compiles(constraint)
         return PreparedChat(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), request, plan)
 
+    def _output(self, chat: PreparedChat) -> ChoiceOutput:
+        return ChoiceOutput(chat.plan.constraint, chat.request.tools, self.tool_format)
+
     async def complete(self, chat: PreparedChat) -> ChatCompletion:
         outputs = await asyncio.gather(*(self.engine.generate(plan, rid) for rid, plan in _choices(chat)))
-        return completion(chat.rid, chat.created, chat.request.model, outputs, chat.plan.constraint)
+        processors = [self._output(chat) for _ in outputs]
+        return completion(chat.rid, chat.created, chat.request.model, outputs, processors)
 
     async def stream(self, chat: PreparedChat) -> AsyncIterator[ChatCompletionChunk]:
         """Chunks of all choices, interleaved as they come; usage last if asked for."""
@@ -73,16 +80,17 @@ class ChatPipeline:
         for index in range(chat.request.n):
             yield chunks.role(index)
         last: dict[int, EngineDelta] = {}
-        texts: dict[int, list[str]] = {}
+        outputs = [self._output(chat) for _ in range(chat.request.n)]
         async for index, delta in _merge(self.engine, chat):
             last[index] = delta
-            if delta.text:
-                texts.setdefault(index, []).append(delta.text)
-                yield chunks.content(index, delta.text)
+            chunk = chunks.event(index, outputs[index].feed(delta.text)) if delta.text else None
+            if chunk is not None:
+                yield chunk
             if delta.finish_reason is not None:
-                text = "".join(texts.get(index, ()))
-                check = validate_output(text, chat.plan.constraint, delta.finish_reason)
-                yield chunks.finish(index, delta.finish_reason, check)
+                event, result = outputs[index].finish(delta.finish_reason)
+                if (chunk := chunks.event(index, event)) is not None:
+                    yield chunk
+                yield chunks.finish(index, result.finish_reason, result.validation)
         if chat.request.include_usage and last:
             first = last[0]
             completion_tokens = sum(d.completion_tokens for d in last.values())

@@ -2,36 +2,97 @@
 
 The schema policy (grammars/) is fail-closed: a keyword the grammar cannot enforce
 exactly is a 400 unless the caller (or the server config) opted into loosening.
+Tool ``parameters`` go through the same policy as ``response_format`` schemas.
+
+Tools with ``response_format``: ``required``/named force calls (the format applies to
+text answers, and there is none this turn); ``auto`` allows either the calls or one
+JSON value of the format, never free text; ``none`` is the format alone.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from grammars.errors import GrammarError
-from grammars.json_schema import JSON_OBJECT_SCHEMA, check_schema
-from service.pipeline.types import DecodeConstraint, ValidatedRequest
+from grammars.json_schema import JSON_OBJECT_SCHEMA, CheckedSchema, check_schema
+from grammars.tool_calls import ToolSpec, UnsupportedToolFormatError, tool_call_constraint
+from runtime_ext.formats import CallStyle, ToolFormat
+from service.errors import InvalidRequestError
+from service.pipeline.types import DecodeConstraint, ToolRequest, ValidatedRequest
 
 SCHEMA_PARAM = "response_format.json_schema.schema"
 
 
-def build_constraint(req: ValidatedRequest, default_loosening: bool) -> DecodeConstraint | None:
+def build_constraint(
+    req: ValidatedRequest, default_loosening: bool, fmt: ToolFormat | None = None
+) -> DecodeConstraint | None:
     """None when the output is free text; raises GrammarError (param set) otherwise."""
+    loosen = default_loosening if req.allow_schema_loosening is None else req.allow_schema_loosening
+    answer = _answer(req, loosen)
+    if req.tools is None or req.tools.mode == "none":
+        return None if answer is None else _json_constraint(*answer)
+    assert fmt is not None, "a tool format is needed for requests with tools"
+    return _tool_constraint(req.tools, fmt, loosen, answer)
+
+
+def _answer(req: ValidatedRequest, loosen: bool) -> tuple[CheckedSchema, Any, str] | None:
+    """(checked schema, the client's schema, param) of the JSON answer, if one was asked for."""
     spec = req.json_output
     if spec is None:
         return None
     if spec.schema is None:
-        checked = check_schema(JSON_OBJECT_SCHEMA)
-        return DecodeConstraint(
-            "json_schema", checked.canonical, validate_schema=JSON_OBJECT_SCHEMA, param="response_format"
-        )
-    loosen = default_loosening if spec.allow_loosening is None else spec.allow_loosening
+        return check_schema(JSON_OBJECT_SCHEMA), JSON_OBJECT_SCHEMA, "response_format"
+    return _checked(spec.schema, loosen, SCHEMA_PARAM), spec.schema, SCHEMA_PARAM
+
+
+def _checked(schema: Any, loosen: bool, param: str) -> CheckedSchema:
     try:
-        checked = check_schema(spec.schema, allow_loosening=loosen)
+        return check_schema(schema, allow_loosening=loosen)
     except GrammarError as exc:
-        raise exc.with_param(SCHEMA_PARAM) from None
+        raise exc.with_param(param) from None
+
+
+def _loosened(checked: CheckedSchema, prefix: str = "") -> tuple[str, ...]:
+    return tuple(f"{prefix}{u.keyword} at {u.pointer or '/'}" for u in checked.loosened)
+
+
+def _json_constraint(checked: CheckedSchema, schema: Any, param: str) -> DecodeConstraint:
     return DecodeConstraint(
-        "json_schema",
-        checked.canonical,
-        validate_schema=spec.schema,
-        loosened=tuple(f"{u.keyword} at {u.pointer or '/'}" for u in checked.loosened),
-        param=SCHEMA_PARAM,
+        "json_schema", checked.canonical, validate_schema=schema, loosened=_loosened(checked), param=param
+    )
+
+
+def _tool_constraint(
+    tools: ToolRequest, fmt: ToolFormat, loosen: bool, answer: tuple[CheckedSchema, Any, str] | None
+) -> DecodeConstraint | None:
+    if fmt.style is CallStyle.PYTHONIC and tools.mode == "auto" and answer is None:
+        return None  # no grammar for pythonic calls: parsed from free text
+    specs, loosened = [], list(_loosened(answer[0]) if answer else ())
+    parts = [(answer[2], answer[0].canonical)] if answer else []
+    for i, tool in enumerate(tools.tools):
+        if tool.parameters is None:
+            checked = None
+        else:
+            param = f"tools.{i}.function.parameters"
+            checked = _checked(tool.parameters, loosen, param)
+            loosened += _loosened(checked, f"{tool.name}: ")
+            parts.append((param, checked.canonical))
+        if tool.name in tools.allowed:
+            specs.append(ToolSpec(tool.name, None if checked is None else checked.schema, tool.strict))
+    mode = "named" if tools.mode == "named" else tools.mode
+    try:
+        constraint = tool_call_constraint(
+            fmt, specs, mode, named=tools.allowed[0] if mode == "named" else None, parallel=tools.parallel,
+            answer_schema=answer[0].schema if answer else None,
+        )
+    except UnsupportedToolFormatError:
+        raise InvalidRequestError(
+            f"this model's tool-call format '{fmt.name}' has no grammar, so tool_choice "
+            f"'{tools.mode}' (and tools with response_format) cannot be enforced; use "
+            "tool_choice 'auto' without response_format",
+            param="tool_choice",
+        ) from None
+    return DecodeConstraint(
+        constraint.kind, constraint.value, validate_schema=answer[1] if answer else None,
+        loosened=tuple(loosened), param="tools", parts=tuple(parts),
     )

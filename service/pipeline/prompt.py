@@ -1,14 +1,52 @@
-"""Prompt stage: messages -> prompt token ids through the model's chat template."""
+"""Prompt stage: messages (+ tools) -> prompt token ids through the model's chat template.
+
+A template that renders tools gets them as they are. For one that does not (the
+``generic`` format, e.g. SmolLM2) the tools, earlier calls and tool results are
+written into the conversation here, in the exact syntax the grammar forces.
+"""
 
 from __future__ import annotations
 
+from runtime_ext.formats import NamedChoice, ToolFormat, render_calls, render_tools_prompt
 from service.errors import InvalidRequestError
-from service.pipeline.types import ChatTemplate, PromptIds, ValidatedRequest
+from service.pipeline.types import ChatTemplate, Message, PromptIds, ToolRequest, ValidatedRequest
 
 
-def build_prompt(req: ValidatedRequest, template: ChatTemplate) -> PromptIds:
+def build_prompt(req: ValidatedRequest, template: ChatTemplate, fmt: ToolFormat | None = None) -> PromptIds:
     """Render the conversation with a generation prompt appended."""
-    ids = template.render(req.messages)
+    if req.tools is None:
+        ids = template.render(req.messages)
+    elif template.renders_tools:
+        ids = template.render(req.messages, req.tools.tools)
+    else:
+        assert fmt is not None, "a tool format is needed for requests with tools"
+        ids = template.render(inline_tools(req.messages, req.tools, fmt))
     if not ids:
         raise InvalidRequestError("the rendered prompt is empty", param="messages")
     return PromptIds(tuple(ids))
+
+
+def inline_tools(messages: tuple[Message, ...], tools: ToolRequest, fmt: ToolFormat) -> list[Message]:
+    """The conversation with tools in the system prompt, calls as text, results as user turns."""
+    hint = NamedChoice(tools.allowed[0]) if tools.mode == "named" else tools.mode
+    functions = [
+        {"name": t.name, "description": t.description or "", "parameters": t.parameters} for t in tools.tools
+    ]
+    section = render_tools_prompt(functions, fmt, hint)
+    out = list(messages)
+    if out[0].role == "system":
+        out[0] = Message("system", f"{out[0].content}\n\n{section}" if out[0].content else section)
+    else:
+        out.insert(0, Message("system", section))
+    names = {call.id: call.name for m in messages for call in m.tool_calls}
+    return [_inline(m, fmt, names) for m in out]
+
+
+def _inline(message: Message, fmt: ToolFormat, names: dict[str, str]) -> Message:
+    if message.tool_calls:
+        calls = render_calls(fmt, [(c.name, c.arguments) for c in message.tool_calls])
+        return Message("assistant", f"{message.content}\n{calls}" if message.content else calls)
+    if message.role == "tool":
+        name = names.get(message.tool_call_id or "", "the function")
+        return Message("user", f"Result of {name} (call {message.tool_call_id}):\n{message.content}")
+    return message

@@ -9,11 +9,50 @@ Role = str  # "system" | "user" | "assistant" | "tool"
 
 
 @dataclass(frozen=True)
+class ToolCallRecord:
+    """A tool call of an earlier assistant turn (``arguments``: JSON text of an object)."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
 class Message:
     role: Role
     content: str
     name: str | None = None
     tool_call_id: str | None = None
+    tool_calls: tuple[ToolCallRecord, ...] = ()
+
+
+@dataclass(frozen=True)
+class ToolDef:
+    """A function the client offers (``parameters`` None = no arguments)."""
+
+    name: str
+    description: str | None
+    parameters: dict[str, Any] | None
+    strict: bool
+
+
+@dataclass(frozen=True)
+class ToolRequest:
+    """The tools of a request and what the model may do with them this turn.
+
+    ``mode``: "none" (answer in text), "auto" (text or calls), "required" (at least
+    one call), "named" (exactly ``allowed[0]``). ``allowed``: the names callable
+    this turn (all tools unless ``allowed_tools`` or a named choice narrowed them);
+    every tool is still shown to the model. ``parallel`` False: at most one call.
+    """
+
+    tools: tuple[ToolDef, ...]
+    mode: str
+    allowed: tuple[str, ...]
+    parallel: bool
+
+    def schema_of(self, name: str) -> dict[str, Any] | None:
+        return next(t.parameters for t in self.tools if t.name == name)
 
 
 @dataclass(frozen=True)
@@ -32,7 +71,6 @@ class JsonOutputSpec:
 
     schema: dict[str, Any] | bool | None
     name: str | None
-    allow_loosening: bool | None  # None = the server-wide default
 
 
 @dataclass(frozen=True)
@@ -44,6 +82,9 @@ class DecodeConstraint:
     validate_schema: dict[str, Any] | bool | None = None  # post-validation (the original schema)
     loosened: tuple[str, ...] = ()  # "keyword at /pointer" dropped from the grammar
     param: str | None = None  # the request field it came from, for error messages
+    # (request field, canonical JSON schema) of each schema inside a combined grammar, to
+    # name the culprit when the whole fails to compile
+    parts: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -59,6 +100,8 @@ class ValidatedRequest:
     stream: bool
     include_usage: bool
     json_output: JsonOutputSpec | None = None
+    tools: ToolRequest | None = None
+    allow_schema_loosening: bool | None = None  # None = the server-wide default
 
 
 @dataclass(frozen=True)
@@ -109,9 +152,15 @@ class ServingLimits:
 
 
 class ChatTemplate(Protocol):
-    """Renders messages into prompt token ids (implemented over the HF tokenizer)."""
+    """Renders messages into prompt token ids (implemented over the HF tokenizer).
 
-    def render(self, messages: Sequence[Message]) -> list[int]: ...
+    ``renders_tools``: the template writes the ``tools`` it is given (and assistant
+    ``tool_calls`` and ``tool`` messages) itself; otherwise the prompt stage does.
+    """
+
+    renders_tools: bool
+
+    def render(self, messages: Sequence[Message], tools: Sequence[ToolDef] = ()) -> list[int]: ...
 
 
 class GrammarChecker(Protocol):

@@ -10,6 +10,7 @@ from service.pipeline.types import (
     ServingLimits,
     ValidatedRequest,
 )
+from service.pipeline.tools import check_tool_results, tool_calls_of, validate_tools
 from service.protocol.openai import ChatCompletionRequest, ChatMessage
 
 MAX_STOP_SEQUENCES = 4
@@ -34,6 +35,8 @@ def validate_request(req: ChatCompletionRequest, limits: ServingLimits) -> Valid
         stream=req.stream,
         include_usage=bool(req.stream_options and req.stream_options.include_usage),
         json_output=_json_output(req),
+        tools=validate_tools(req),
+        allow_schema_loosening=req.allow_schema_loosening,
     )
 
 
@@ -48,14 +51,14 @@ def _json_output(req: ChatCompletionRequest) -> JsonOutputSpec | None:
             )
         return None
     if fmt.type == "json_object":
-        return JsonOutputSpec(schema=None, name=None, allow_loosening=req.allow_schema_loosening)
+        return JsonOutputSpec(schema=None, name=None)
     if fmt.json_schema is None or fmt.json_schema.schema_ is None:
         raise InvalidRequestError(
             "response_format type 'json_schema' needs 'json_schema': {'name': ..., 'schema': {...}}",
             param="response_format.json_schema.schema",
         )
     spec = fmt.json_schema
-    return JsonOutputSpec(schema=spec.schema_, name=spec.name, allow_loosening=req.allow_schema_loosening)
+    return JsonOutputSpec(schema=spec.schema_, name=spec.name)
 
 
 def _messages(messages: list[ChatMessage]) -> tuple[Message, ...]:
@@ -63,17 +66,16 @@ def _messages(messages: list[ChatMessage]) -> tuple[Message, ...]:
         raise InvalidRequestError(
             "'messages' must contain at least one message", param="messages"
         )
-    out = []
+    out: list[Message] = []
+    call_ids: set[str] = set()
     for i, msg in enumerate(messages):
-        content = _text(msg, i)
-        if msg.role == "tool" and not msg.tool_call_id:
-            raise InvalidRequestError(
-                f"messages[{i}] has role 'tool' but no 'tool_call_id'; set the id of the "
-                "tool call it answers",
-                param=f"messages.{i}.tool_call_id",
-            )
+        calls = tool_calls_of(msg, i)
+        call_ids.update(call.id for call in calls)
+        if msg.role == "tool":
+            check_tool_results(call_ids, msg, i)
+        content = "" if calls and msg.content is None else _text(msg, i)
         role = "system" if msg.role == "developer" else msg.role
-        out.append(Message(role, content, msg.name, msg.tool_call_id))
+        out.append(Message(role, content, msg.name, msg.tool_call_id, calls))
     if all(m.role == "system" for m in out):
         raise InvalidRequestError(
             "'messages' holds only system messages; add a user message", param="messages"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from service.pipeline.types import DecodeConstraint, EngineOutput
-from service.postprocess.validation import validate_output
+from service.pipeline.types import EngineOutput
+from service.postprocess.choice import ChoiceEvent, ChoiceOutput
 from service.protocol.openai import (
     AssistantMessage,
     ChatCompletion,
@@ -29,18 +29,16 @@ def make_usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -
 
 
 def completion(
-    rid: str, created: int, model: str, outputs: Sequence[EngineOutput], constraint: DecodeConstraint | None
+    rid: str, created: int, model: str, outputs: Sequence[EngineOutput], processors: Sequence[ChoiceOutput]
 ) -> ChatCompletion:
     """The non-streaming response; prompt tokens are counted once for all choices."""
-    choices = [
-        Choice(
-            index=i,
-            message=AssistantMessage(content=o.text),
-            finish_reason=o.finish_reason,
-            schema_validation=validate_output(o.text, constraint, o.finish_reason),
-        )
-        for i, o in enumerate(outputs)
-    ]
+    choices = []
+    for i, (o, proc) in enumerate(zip(outputs, processors)):
+        proc.feed(o.text)
+        _, result = proc.finish(o.finish_reason)
+        message = AssistantMessage(content=result.content, tool_calls=result.tool_calls)
+        choices.append(Choice(index=i, message=message, finish_reason=result.finish_reason,
+                              schema_validation=result.validation))
     usage = make_usage(
         prompt_tokens=outputs[0].prompt_tokens,
         completion_tokens=sum(o.completion_tokens for o in outputs),
@@ -59,10 +57,12 @@ class ChunkFactory:
         delta = Delta(role="assistant", content="")
         return ChatCompletionChunk(**self._head, choices=[ChunkChoice(index=index, delta=delta)])
 
-    def content(self, index: int, text: str) -> ChatCompletionChunk:
-        return ChatCompletionChunk(
-            **self._head, choices=[ChunkChoice(index=index, delta=Delta(content=text))]
-        )
+    def event(self, index: int, event: ChoiceEvent) -> ChatCompletionChunk | None:
+        """The chunk for what a choice produced (None when it produced nothing yet)."""
+        if not event.content and not event.tool_calls:
+            return None
+        delta = Delta(content=event.content or None, tool_calls=list(event.tool_calls) or None)
+        return ChatCompletionChunk(**self._head, choices=[ChunkChoice(index=index, delta=delta)])
 
     def finish(self, index: int, reason: str, validation: SchemaValidation | None = None) -> ChatCompletionChunk:
         choice = ChunkChoice(index=index, delta=Delta(), finish_reason=reason, schema_validation=validation)

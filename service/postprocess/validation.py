@@ -7,12 +7,13 @@ anyway it is counted and shown on the choice (``schema_validation``), never hidd
 from __future__ import annotations
 
 import json
+from typing import Any, Callable, Sequence
 
 from jsonschema import Draft202012Validator
 
 from service.metrics import SCHEMA_VALIDATION_FAILURES
 from service.pipeline.types import DecodeConstraint
-from service.protocol.openai import SchemaValidation
+from service.protocol.openai import SchemaValidation, ToolCall
 
 
 def validate_output(text: str, constraint: DecodeConstraint | None, finish_reason: str) -> SchemaValidation | None:
@@ -21,6 +22,34 @@ def validate_output(text: str, constraint: DecodeConstraint | None, finish_reaso
     if result is not None and not result.valid:
         SCHEMA_VALIDATION_FAILURES.labels(reason="truncated" if finish_reason == "length" else "invalid").inc()
     return result
+
+
+def validate_calls(
+    calls: Sequence[ToolCall], complete: int, schema_of: Callable[[str], Any], finish_reason: str
+) -> SchemaValidation | None:
+    """The arguments of each complete call against its tool's ``parameters`` (None: no
+    calls). A call cut off by max_tokens (index ``complete``) is reported as truncated."""
+    if not calls:
+        return None
+    result = SchemaValidation(valid=True)
+    for call in calls[:complete]:
+        schema = schema_of(call.function.name)
+        error = None if schema is None else _first_error(json.loads(call.function.arguments), schema)
+        if error is not None:
+            result = SchemaValidation(valid=False, error=f"tool call {call.id} ({call.function.name}) {error}")
+            break
+    if result.valid and len(calls) > complete:
+        result = SchemaValidation(valid=False, error="tool call truncated by max_tokens before its arguments were complete")
+    if not result.valid:
+        SCHEMA_VALIDATION_FAILURES.labels(reason="truncated" if finish_reason == "length" else "invalid").inc()
+    return result
+
+
+def _first_error(value: Any, schema: Any) -> str | None:
+    error = next(iter(Draft202012Validator(schema).iter_errors(value)), None)
+    if error is None:
+        return None
+    return "at /" + "/".join(str(p) for p in error.absolute_path) + f": {error.message}"
 
 
 def _check(text: str, constraint: DecodeConstraint | None, finish_reason: str) -> SchemaValidation | None:
@@ -32,8 +61,5 @@ def _check(text: str, constraint: DecodeConstraint | None, finish_reason: str) -
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         return SchemaValidation(valid=False, error=f"output is not valid JSON: {exc}")
-    error = next(iter(Draft202012Validator(constraint.validate_schema).iter_errors(value)), None)
-    if error is None:
-        return SchemaValidation(valid=True)
-    where = "/" + "/".join(str(p) for p in error.absolute_path)
-    return SchemaValidation(valid=False, error=f"at {where}: {error.message}")
+    error = _first_error(value, constraint.validate_schema)
+    return SchemaValidation(valid=error is None, error=error)

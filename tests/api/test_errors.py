@@ -15,6 +15,11 @@ def body(qwen_server, **overrides):
     return {k: v for k, v in b.items() if v is not ...}
 
 
+def fn(name, parameters=None):
+    function = {"name": name} if parameters is None else {"name": name, "parameters": parameters}
+    return {"type": "function", "function": function}
+
+
 CASES = [
     # (id, overrides or raw bytes, status, param, words in message)
     ("unknown-model", {"model": "gpt-4o"}, 400, "model", "not served"),
@@ -37,6 +42,40 @@ CASES = [
      "context"),
     ("tool-without-id", {"messages": [{"role": "user", "content": "a"}, {"role": "tool", "content": "r"}]}, 400,
      "messages.1.tool_call_id", "tool_call_id"),
+    ("tool-result-for-unknown-call", {"messages": [{"role": "user", "content": "a"},
+                                                   {"role": "tool", "tool_call_id": "call_x", "content": "r"}]},
+     400, "messages.1.tool_call_id", "does not match"),
+    ("invalid-tool-name", {"tools": [fn("get weather!")]}, 400, "tools.0.function.name", "pattern"),
+    ("tool-name-too-long", {"tools": [fn("x" * 65)]}, 400, "tools.0.function.name", "pattern"),
+    ("parameters-not-an-object", {"tools": [fn("f", "string")]}, 400, "tools.0.function.parameters",
+     "dictionary"),
+    ("parameters-not-object-typed", {"tools": [fn("f", {"type": "array"})]}, 400, "tools.0.function.parameters",
+     "type 'object'"),
+    ("parameters-bad-type", {"tools": [fn("f", {"type": "objekt"})]}, 400, "tools.0.function.parameters",
+     "type 'object'"),
+    ("parameters-invalid-schema", {"tools": [fn("f", {"type": "object", "properties": {"a": {"type": "strin"}}})]},
+     400, "tools.0.function.parameters", "schema"),
+    ("parameters-unsupported-keyword", {"tools": [fn("ok"), fn("f", {"type": "object", "properties": {
+        "tags": {"type": "array", "uniqueItems": True}}})]}, 400, "tools.1.function.parameters", "uniqueItems"),
+    ("parameters-remote-ref", {"tools": [fn("f", {"type": "object", "properties": {
+        "a": {"$ref": "https://example.com/s.json"}}})]}, 400, "tools.0.function.parameters", "not local"),
+    ("parameters-bad-regex", {"tools": [fn("f", {"type": "object", "properties": {
+        "a": {"type": "string", "pattern": "[a-"}}})]}, 400, "tools.0.function.parameters", "regex"),
+    ("duplicate-tool-names", {"tools": [fn("f"), fn("f")]}, 400, "tools.1.function.name", "unique"),
+    ("empty-tools", {"tools": []}, 400, "tools", "at least one tool"),
+    ("tool-choice-unknown-tool", {"tools": [fn("f")], "tool_choice": {"type": "function", "function": {
+        "name": "g"}}}, 400, "tool_choice.function.name", "not in 'tools'"),
+    ("allowed-tools-unknown-tool", {"tools": [fn("f")], "tool_choice": {"type": "allowed_tools", "allowed_tools": {
+        "mode": "required", "tools": [{"type": "function", "function": {"name": "g"}}]}}}, 400,
+     "tool_choice.allowed_tools.tools.0.function.name", "not in 'tools'"),
+    ("tool-choice-without-tools", {"tool_choice": "required"}, 400, "tool_choice", "only allowed when 'tools'"),
+    ("parallel-without-tools", {"parallel_tool_calls": False}, 400, "parallel_tool_calls", "only allowed"),
+    ("tool-choice-bad-string", {"tools": [fn("f")], "tool_choice": "always"}, 400, "tool_choice", "allowed_tools"),
+    ("tool-call-arguments-not-json", {"messages": [
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": {
+            "name": "f", "arguments": "{oops"}}]}]}, 400, "messages.1.tool_calls.0.function.arguments",
+     "JSON object"),
 ]
 
 

@@ -1,0 +1,92 @@
+"""One choice's output as the client sees it: content, tool calls, finish reason, checks.
+
+``ChoiceOutput`` is fed the engine's text (all at once, or chunk by chunk while
+streaming) and yields what to send; the non-streaming response is assembled from
+the very same events, so streaming and non-streaming agree by construction.
+With tools (``tool_choice`` other than ``none``) the text goes through the model
+format's streaming parser: calls become ``tool_calls`` (ids ``call_<hex>``), the
+rest is content.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+from runtime_ext.formats import ToolFormat
+from runtime_ext.parsers import ParseEvent, ToolCallParser
+from service.pipeline.types import DecodeConstraint, ToolRequest
+from service.postprocess.validation import validate_calls, validate_output
+from service.protocol.openai import DeltaFunction, DeltaToolCall, FunctionCall, SchemaValidation, ToolCall
+
+
+@dataclass(frozen=True)
+class ChoiceEvent:
+    content: str = ""
+    tool_calls: tuple[DeltaToolCall, ...] = ()
+
+
+@dataclass
+class ChoiceResult:
+    """The finished choice. ``content`` None when the model only called tools."""
+
+    content: str | None
+    tool_calls: list[ToolCall] | None
+    finish_reason: str
+    validation: SchemaValidation | None
+
+
+@dataclass
+class _Call:
+    id: str
+    name: str
+    arguments: list[str] = field(default_factory=list)
+
+
+class ChoiceOutput:
+    def __init__(self, constraint: DecodeConstraint | None, tools: ToolRequest | None, fmt: ToolFormat | None):
+        self.constraint = constraint
+        self.tools = tools if tools is not None and tools.mode != "none" else None
+        self.parser = ToolCallParser(fmt, self.tools.allowed) if self.tools is not None else None
+        self.content: list[str] = []
+        self.calls: dict[int, _Call] = {}
+
+    def feed(self, text: str) -> ChoiceEvent:
+        if self.parser is None:
+            self.content.append(text)
+            return ChoiceEvent(content=text)
+        return self._event(self.parser.feed(text))
+
+    def finish(self, finish_reason: str) -> tuple[ChoiceEvent, ChoiceResult]:
+        event = self._event(self.parser.finish()) if self.parser is not None else ChoiceEvent()
+        return event, self._result(finish_reason)
+
+    def _event(self, parsed: ParseEvent) -> ChoiceEvent:
+        deltas = []
+        for d in parsed.calls:
+            if d.name is not None:
+                call = self.calls[d.index] = _Call(f"call_{uuid.uuid4().hex[:24]}", d.name)
+                deltas.append(DeltaToolCall(
+                    index=d.index, id=call.id, type="function", function=DeltaFunction(name=d.name, arguments="")))
+            else:
+                self.calls[d.index].arguments.append(d.arguments)
+                deltas.append(DeltaToolCall(index=d.index, function=DeltaFunction(arguments=d.arguments)))
+        if parsed.content:
+            self.content.append(parsed.content)
+        return ChoiceEvent(parsed.content, tuple(deltas))
+
+    def _result(self, finish_reason: str) -> ChoiceResult:
+        text = "".join(self.content)
+        calls = [
+            ToolCall(id=c.id, function=FunctionCall(name=c.name, arguments="".join(c.arguments)))
+            for _, c in sorted(self.calls.items())
+        ]
+        if self.parser is None:
+            return ChoiceResult(text, None, finish_reason, validate_output(text, self.constraint, finish_reason))
+        complete = len(self.parser.result().calls)
+        validation = validate_calls(calls, complete, self.tools.schema_of, finish_reason)
+        if text.strip() or not calls:
+            validation = validate_output(text, self.constraint, finish_reason) or validation
+        if complete and finish_reason == "stop":
+            finish_reason = "tool_calls"
+        return ChoiceResult(text or (None if calls else ""), calls or None, finish_reason, validation)
