@@ -33,6 +33,7 @@ class EngineOptions:
     attention_backend: str = "torch_native"
     random_seed: int = 0
     log_level: str = "warning"
+    sleep_on_idle: bool = True
 
     def engine_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = dict(
@@ -45,6 +46,7 @@ class EngineOptions:
             attention_backend=self.attention_backend,
             random_seed=self.random_seed,
             log_level=self.log_level,
+            sleep_on_idle=self.sleep_on_idle,
             incremental_streaming_output=True,
             # JSON without free whitespace: no tokens wasted, and the same grammar
             # grammars/compile.py checks ahead of the engine.

@@ -31,6 +31,7 @@ class EngineSettings(BaseModel):
     attention_backend: str = "torch_native"
     random_seed: int = 0
     log_level: str = "warning"
+    sleep_on_idle: bool = True
 
 
 class GrammarSettings(BaseModel):
