@@ -24,18 +24,15 @@ from __future__ import annotations
 import copy
 import functools
 import json
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from grammars.canonical import (
     Node,
-    branches_disjoint,
     canonical_json,
     iter_subschemas,
     json_depth_exceeds,
-    pattern_problem,
     resolve_pointer,
 )
 from grammars.errors import (
@@ -45,17 +42,8 @@ from grammars.errors import (
     Unsupported,
     UnsupportedKeywordError,
 )
-from grammars.keywords import (  # noqa: F401  (KeywordSupport, KEYWORDS, SGLANG_FORMATS re-exported)
-    KeywordSupport,
-    KEYWORDS,
-    SGLANG_FORMATS,
-    _APPLICATORS,
-    _NEUTRAL,
-    _NAME_KEYWORDS,
-    _NEEDS_TYPE,
-    _INFERRED_BY,
-    _STRING_GROUPS,
-)
+from grammars.keywords import KEYWORDS, SGLANG_FORMATS, KeywordSupport
+from grammars.schema_rules import node_problems
 
 __all__ = [
     "JSON_OBJECT_SCHEMA",
@@ -206,7 +194,7 @@ def _problems(schema: dict[str, Any]) -> list[Unsupported]:
     for node in nodes:
         if isinstance(node.value, dict):
             problems.extend(_check_ref(node, schema, locations))
-            problems.extend(_node_problems(node, schema))
+            problems.extend(node_problems(node, schema))
     return problems
 
 
@@ -273,171 +261,6 @@ def _remove_all(schema: dict[str, Any], problems: Iterable[Unsupported]) -> None
             continue
         if isinstance(node, dict) and problem.keyword in node:
             _loosen_keyword(node, problem.keyword)
-
-
-def _node_problems(node: Node, root: dict[str, Any]) -> list[Unsupported]:
-    """The policy for one subschema object, de-duplicated by keyword."""
-    value, pointer = node.value, node.pointer
-    found = [
-        *_keyword_problems(value, pointer, node.names),
-        *_applicator_problems(value, pointer),
-        *([] if node.names else _type_problems(value, pointer)),
-        *(_string_problems(value, pointer) if node.names or _may_be(value, "string") else []),
-        *(_object_problems(value, pointer) if _may_be(value, "object") else []),
-        *_value_problems(value, pointer, root),
-    ]
-    unique: dict[str, Unsupported] = {}
-    for problem in found:
-        unique.setdefault(problem.keyword, problem)
-    return list(unique.values())
-
-
-def _keyword_problems(value: dict[str, Any], pointer: str, names: bool) -> list[Unsupported]:
-    """Unknown and table-unsupported keywords, nested ``$id``, propertyNames content."""
-    out = []
-    for key in value:
-        row = KEYWORDS.get(key)
-        if row is None:
-            out.append(Unsupported(key, pointer, "unknown keyword: xgrammar does not enforce "
-                                   "it; remove it or express it with supported keywords"))
-        elif row.status == "unsupported":
-            out.append(Unsupported(key, pointer, f"{row.note}; remove it"))
-        elif names and key not in _NAME_KEYWORDS:
-            out.append(Unsupported(key, pointer, "inside propertyNames only type, pattern, "
-                                   "minLength, maxLength, format, enum and const are enforced"))
-    if "$id" in value and pointer:
-        out.append(Unsupported("$id", pointer, "a nested $id changes how $ref resolves, "
-                               "which xgrammar ignores; remove it"))
-    if names and value.get("type", "string") not in ("string", ["string"]):
-        out.append(Unsupported("type", pointer, "property names are strings: use "
-                               "\"type\": \"string\" or omit type"))
-    return out
-
-
-def _applicator_problems(value: dict[str, Any], pointer: str) -> list[Unsupported]:
-    """One of $ref/anyOf/oneOf/allOf, alone; allOf with one branch; oneOf disjoint."""
-    present = [k for k in _APPLICATORS if k in value]
-    if not present:
-        return []
-    first = present[0]
-    where = "the referenced schema" if first == "$ref" else f"each {first} branch"
-    out = [Unsupported(k, pointer, f"only one of $ref/anyOf/oneOf/allOf per subschema is "
-                       f"enforced (`{first}` is); nest `{k}` inside {where}") for k in present[1:]]
-    out += [Unsupported(k, pointer, f"ignored by xgrammar next to `{first}`; move it into "
-                        f"{where}") for k in value if k not in _NEUTRAL and k not in _APPLICATORS]
-    branches = value[first] if isinstance(value[first], list) else []
-    if first == "allOf" and len(branches) > 1:
-        out.append(Unsupported("allOf", pointer, "xgrammar does not intersect several allOf "
-                               "branches; merge them into one schema"))
-    if first == "oneOf" and not branches_disjoint(branches):
-        out.append(Unsupported("oneOf", pointer, "xgrammar cannot prove the branches disjoint, "
-                               "so it enforces anyOf; use branches that are only a non-object "
-                               "type or const/enum, or objects with a required const/enum "
-                               "discriminator property, or use anyOf"))
-    return out
-
-
-def _may_be(value: dict[str, Any], kind: str) -> bool:
-    """Whether instances of JSON type ``kind`` can reach this subschema's keywords
-    (no ``type``, or a ``type`` that includes it)."""
-    raw = value.get("type")
-    return raw is None or raw == kind or (isinstance(raw, list) and kind in raw)
-
-
-def _type_problems(value: dict[str, Any], pointer: str) -> list[Unsupported]:
-    """Type-specific keywords in a subschema without ``type``: xgrammar ignores them
-    (unless it infers objects/arrays from ``properties``/``items`` & co.). With a type
-    that excludes their kind they are irrelevant, hence exact."""
-    if "type" in value:
-        return []
-    return [Unsupported(key, pointer, f"only enforced when the subschema declares \"type\": "
-                        f"\"{_NEEDS_TYPE[key]}\" (xgrammar ignores it otherwise)")
-            for key in value if key in _NEEDS_TYPE
-            and not any(k in value for k in _INFERRED_BY.get(_NEEDS_TYPE[key], ()))]
-
-
-def _string_problems(value: dict[str, Any], pointer: str) -> list[Unsupported]:
-    """format values, one string-constraint group per subschema, pattern safety."""
-    out = []
-    fmt = value.get("format")
-    if fmt is not None and fmt not in SGLANG_FORMATS:
-        out.append(Unsupported("format", pointer, f"format {fmt!r} is not enforced; use one of "
-                               f"{', '.join(sorted(SGLANG_FORMATS))}, or a pattern"))
-    groups = [g for g in _STRING_GROUPS if any(k in value for k in g)]
-    out += [Unsupported(k, pointer, f"xgrammar cannot enforce it together with "
-                        f"`{groups[0][0]}`; keep one of format, pattern, minLength/maxLength")
-            for group in groups[1:] for k in group if k in value]
-    pattern = value.get("pattern")
-    reason = pattern_problem(pattern) if isinstance(pattern, str) else None
-    if reason:
-        out.append(Unsupported("pattern", pointer, reason))
-    return out
-
-
-def _object_problems(value: dict[str, Any], pointer: str) -> list[Unsupported]:
-    """required names, patternProperties, propertyNames, minProperties."""
-    props = value.get("properties") if isinstance(value.get("properties"), dict) else {}
-    out = []
-    required = value.get("required") if isinstance(value.get("required"), list) else []
-    missing = [n for n in required if n not in props]
-    if missing:
-        out.append(Unsupported("required", pointer, f"{missing} not declared in properties; "
-                               "xgrammar ignores such names: declare them under properties"))
-    patterns = value.get("patternProperties")
-    if isinstance(patterns, dict) and patterns:
-        reason = _pattern_properties_problem(patterns, props)
-        if reason:
-            out.append(Unsupported("patternProperties", pointer, reason))
-    if "propertyNames" in value and (props or not isinstance(value["propertyNames"], dict)):
-        out.append(Unsupported("propertyNames", pointer, "only enforced as a schema object and "
-                               "without properties beside it (declared names bypass it)"))
-    extra_keys = any(k in value for k in ("patternProperties", "propertyNames")) or any(
-        value.get(k, False) is not False for k in ("additionalProperties", "unevaluatedProperties"))
-    if "minProperties" in value and extra_keys:
-        out.append(Unsupported("minProperties", pointer, "xgrammar may repeat undeclared keys, "
-                               "so the count is not exact; set additionalProperties: false"))
-    return out
-
-
-def _pattern_properties_problem(patterns: dict[str, Any], props: dict[str, Any]) -> str | None:
-    if len(patterns) > 1:
-        return "xgrammar applies only one matching pattern per key: use a single pattern"
-    pattern = next(iter(patterns))
-    reason = pattern_problem(pattern)
-    if reason:
-        return reason
-    try:
-        clash = [name for name in props if re.search(pattern, name)]
-    except re.error:
-        return None  # the compiler reports the invalid regex
-    if clash:
-        return f"declared properties {clash} also match {pattern!r}; xgrammar checks them " \
-               "against their property schema only"
-    return None
-
-
-def _value_problems(value: dict[str, Any], pointer: str, root: Any) -> list[Unsupported]:
-    """enum/const values must satisfy their siblings (xgrammar emits only the values)."""
-    from jsonschema import Draft202012Validator
-
-    out = []
-    for key in ("const", "enum"):
-        rest = {k: v for k, v in value.items() if k != key}
-        if key not in value or all(k in _NEUTRAL for k in rest):
-            continue
-        values = [value["const"]] if key == "const" else value[key]
-        try:
-            validator = Draft202012Validator(root).evolve(schema=rest)
-            bad = next((v for v in values if not validator.is_valid(v)), _OK)
-        except (RecursionError, LookupError, ValueError, TypeError):
-            bad = "(could not check)"
-        if bad is not _OK:
-            out.append(Unsupported(key, pointer, f"value {json.dumps(bad)[:60]} violates the "
-                                   f"sibling keywords, which xgrammar ignores next to {key}"))
-    return out
-
-
-_OK = object()
 
 
 def _loosen_keyword(node: dict[str, Any], keyword: str) -> None:

@@ -132,6 +132,8 @@ class SGLangEngine:
                     prompt_tokens=int(meta["prompt_tokens"]),
                     cached_tokens=int(meta.get("cached_tokens", 0)),
                     finish_reason=reason,
+                    token_ids=tuple(out.get("output_ids") or ()),
+                    matched_stop=(meta.get("finish_reason") or {}).get("matched"),
                 )
         except ValueError as exc:
             raise InvalidRequestError(f"the engine rejected the request: {exc}") from exc
@@ -195,6 +197,8 @@ def _sampling_params(plan: GenerationPlan) -> dict[str, Any]:
     }
     if s.stop:
         params["stop"] = list(s.stop)
+    if s.stop_token_ids:
+        params["stop_token_ids"] = list(s.stop_token_ids)
     if s.seed is not None:
         params["sampling_seed"] = s.seed
     if plan.constraint is not None:

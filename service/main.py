@@ -13,14 +13,16 @@ from typing import Any, AsyncIterator
 from fastapi import FastAPI
 
 from runtime_ext.formats import select_format
+from runtime_ext.formats.reasoning import select_reasoning_format
 from service.api.deps import ServiceState
 from service.api.errors import install_error_handlers
 from service.api.routes import chat, health, metrics, models
 from service.engine import EngineOptions, SGLangEngine
 from service.grammar import GrammarService
 from service.metrics import REQUESTS
-from service.pipeline.chat import ChatPipeline
-from service.pipeline.types import ServingLimits
+from service.pipeline.chat import ChatPipeline, ModelFormats
+from service.pipeline.think import ReasoningSetup
+from service.pipeline.types import ReasoningPolicy, ServingLimits
 from service.settings import Settings
 from service.tokenizer import HFChatTemplate
 
@@ -34,8 +36,7 @@ def engine_options(settings: Settings, model_dir: Path) -> EngineOptions:
 async def _load(state: ServiceState, model_dir: Path, on_failure: Any) -> None:
     try:
         template = await asyncio.to_thread(HFChatTemplate, model_dir)
-        tool_format = select_format(state.settings.tool_format, template.model_type, template.renders_tools)
-        log.info("tool-call format: %s (template renders tools: %s)", tool_format.name, template.renders_tools)
+        formats, policy = _formats(state.settings, template)
         engine = await asyncio.to_thread(SGLangEngine.start, engine_options(state.settings, model_dir))
         state.engine = engine
         g = state.settings.grammar
@@ -46,16 +47,28 @@ async def _load(state: ServiceState, model_dir: Path, on_failure: Any) -> None:
             context_length=engine.context_length,
             max_n=state.settings.request.max_n,
             default_max_tokens=state.settings.request.default_max_tokens,
+            reasoning=policy,
         )
-        state.pipeline = ChatPipeline(
-            engine, template, limits, state.grammar, g.allow_schema_loosening, tool_format
-        )
+        state.pipeline = ChatPipeline(engine, template, limits, state.grammar, g.allow_schema_loosening, formats)
         report = await engine.plugin_report()
         log.info("engine ready; runtime_ext in scheduler: %s", report)
     except Exception as exc:  # reported through /ready and the process exit code
         log.exception("engine failed to start")
         state.failure = f"{type(exc).__name__}: {exc}"
         on_failure()
+
+
+def _formats(settings: Settings, template: HFChatTemplate) -> tuple[ModelFormats, ReasoningPolicy | None]:
+    """The model's tool-call and reasoning formats; raises (a startup error) when the
+    config names an unknown one or its markers are not tokens of this tokenizer."""
+    tools = select_format(settings.tool_format, template.model_type, template.renders_tools)
+    r = settings.reasoning
+    fmt = select_reasoning_format(r.format, template.model_type, r.start, r.end)
+    setup = ReasoningSetup.build(fmt, template.encode) if fmt is not None else None
+    policy = ReasoningPolicy(r.default_thinking, tuple(r.effort_budgets.items())) if setup else None
+    log.info("tool-call format: %s (template renders tools: %s); reasoning format: %s",
+             tools.name, template.renders_tools, fmt.name if fmt else "none")
+    return ModelFormats(tools, setup), policy
 
 
 def create_app(settings: Settings, model_dir: Path, served_model_name: str) -> FastAPI:

@@ -42,6 +42,17 @@ class GrammarSettings(BaseModel):
     allow_schema_loosening: bool = False
 
 
+class ReasoningSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    format: str = "auto"
+    start: str | None = None
+    end: str | None = None
+    default_thinking: bool = True
+    effort_budgets: dict[str, int | None] = Field(default_factory=lambda: {
+        "minimal": 64, "low": 256, "medium": 1024, "high": 4096, "xhigh": 8192, "max": None})
+
+
 class RequestSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -65,6 +76,7 @@ class Settings(BaseSettings):
     engine: EngineSettings = EngineSettings()
     request: RequestSettings = RequestSettings()
     grammar: GrammarSettings = GrammarSettings()
+    reasoning: ReasoningSettings = ReasoningSettings()
 
     @field_validator("model")
     @classmethod

@@ -26,18 +26,27 @@ class HFChatTemplate:
         config = model_dir / "config.json"
         self.model_type = json.loads(config.read_text()).get("model_type") if config.is_file() else None
 
-    def render(self, messages: Sequence[Message], tools: Sequence[ToolDef] = ()) -> list[int]:
+    def render(
+        self, messages: Sequence[Message], tools: Sequence[ToolDef] = (), suffix: str = "",
+        kwargs: tuple[tuple[str, Any], ...] = (),
+    ) -> list[int]:
+        """The prompt ids; ``suffix`` is appended after the generation prompt, ``kwargs``
+        (the request's chat_template_kwargs) go to the template."""
         from jinja2 import TemplateError
 
         conversation = [_as_dict(m) for m in messages]
         try:
             text = self.tokenizer.apply_chat_template(
-                conversation, tools=[_tool(t) for t in tools] or None, tokenize=False, add_generation_prompt=True
+                conversation, tools=[_tool(t) for t in tools] or None, tokenize=False, add_generation_prompt=True,
+                **dict(kwargs),
             )
-        except TemplateError as exc:
+        except (TemplateError, TypeError) as exc:
             raise InvalidRequestError(
                 f"the model's chat template rejected the messages: {exc}", param="messages"
             ) from exc
+        return self.encode(text + suffix)
+
+    def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
 

@@ -23,8 +23,10 @@ def _server(model_dir, name: str, **env: str):
 
 @pytest.fixture(scope="session")
 def qwen_server(assets):
-    """structserve on the tiny random-weight Qwen3 (protocol tests), float32."""
-    server = _server(assets.qwen3_tiny, "qwen", STRUCTSERVE_DTYPE="float32")
+    """structserve on the tiny random-weight Qwen3 (protocol tests), float32. Thinking is off
+    unless a request turns it on: the random model never closes its reasoning block."""
+    server = _server(assets.qwen3_tiny, "qwen", STRUCTSERVE_DTYPE="float32",
+                     STRUCTSERVE_REASONING__DEFAULT_THINKING="false")
     yield server
     code = server.stop()
     assert code == 0, f"SIGTERM must shut the server down gracefully (exit 0), got {code}"

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import AsyncIterator
 
 from runtime_ext.formats import ToolFormat
+from service.errors import EngineError
 from service.pipeline.constraints import build_constraint
 from service.pipeline.plan import make_plan
 from service.pipeline.prompt import build_prompt
@@ -27,8 +28,9 @@ from service.pipeline.types import (
     ValidatedRequest,
 )
 from service.pipeline.validate import validate_request
+from service.pipeline.think import Piece, ReasoningSetup, run_choice
 from service.postprocess.choice import ChoiceOutput
-from service.postprocess.response import ChunkFactory, completion, make_usage
+from service.postprocess.response import ChunkFactory, FinishedChoice, completion, make_usage
 from service.protocol.openai import ChatCompletion, ChatCompletionChunk, ChatCompletionRequest
 
 
@@ -40,6 +42,14 @@ class PreparedChat:
     plan: GenerationPlan
 
 
+@dataclass(frozen=True)
+class ModelFormats:
+    """The served model's tool-call and reasoning formats (chosen at startup)."""
+
+    tools: ToolFormat | None = None
+    reasoning: ReasoningSetup | None = None
+
+
 class ChatPipeline:
     def __init__(
         self,
@@ -48,9 +58,9 @@ class ChatPipeline:
         limits: ServingLimits,
         grammar: GrammarChecker,
         default_loosening: bool = False,
-        tool_format: ToolFormat | None = None,
+        formats: ModelFormats = ModelFormats(),
     ):
-        self.tool_format = tool_format
+        self.formats = formats
         self.engine = engine
         self.template = template
         self.limits = limits
@@ -59,42 +69,60 @@ class ChatPipeline:
 
     async def prepare(self, raw: ChatCompletionRequest) -> PreparedChat:
         request = validate_request(raw, self.limits)
-        constraint = build_constraint(request, self.default_loosening, self.tool_format)
-        prompt = build_prompt(request, self.template, self.tool_format)
-        plan = make_plan(request, prompt, self.limits, constraint)
+        constraint = build_constraint(request, self.default_loosening, self.formats.tools)
+        reasoning = self.formats.reasoning
+        prompt = build_prompt(request, self.template, self.formats.tools, reasoning.fmt if reasoning else None)
+        plan = make_plan(request, prompt, self.limits, constraint, reasoning)
         if constraint is not None:  # last: the only stage that may take real time
             await self.grammar.ensure_compiles(constraint)
         return PreparedChat(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), request, plan)
 
     def _output(self, chat: PreparedChat) -> ChoiceOutput:
-        return ChoiceOutput(chat.plan.constraint, chat.request.tools, self.tool_format)
+        thinking = chat.plan.reasoning is not None and self.formats.reasoning is not None
+        fmt = self.formats.reasoning.fmt if thinking else None
+        return ChoiceOutput(chat.plan.constraint, chat.request.tools, self.formats.tools, fmt)
 
     async def complete(self, chat: PreparedChat) -> ChatCompletion:
-        outputs = await asyncio.gather(*(self.engine.generate(plan, rid) for rid, plan in _choices(chat)))
-        processors = [self._output(chat) for _ in outputs]
-        return completion(chat.rid, chat.created, chat.request.model, outputs, processors)
+        finished = await asyncio.gather(*(self._collect(chat, plan, rid) for rid, plan in _choices(chat)))
+        return completion(chat.rid, chat.created, chat.request.model, finished)
+
+    async def _collect(self, chat: PreparedChat, plan: GenerationPlan, rid: str) -> FinishedChoice:
+        out = self._output(chat)
+        if plan.reasoning is None:  # one engine request, no per-token messages
+            o = await self.engine.generate(plan, rid)
+            out.feed(o.text)
+            counts = EngineDelta("", o.completion_tokens, o.prompt_tokens, o.cached_tokens, o.finish_reason)
+            return FinishedChoice(out.finish(o.finish_reason)[1], counts, 0)
+        async for piece in run_choice(self.engine, plan, rid):
+            (out.feed_reasoning if piece.phase == "reasoning" else out.feed)(piece.delta.text)
+            if piece.delta.finish_reason is not None:
+                return FinishedChoice(out.finish(piece.delta.finish_reason)[1], piece.delta, piece.reasoning_tokens)
+        raise EngineError("the engine stream ended without a finish reason")
 
     async def stream(self, chat: PreparedChat) -> AsyncIterator[ChatCompletionChunk]:
         """Chunks of all choices, interleaved as they come; usage last if asked for."""
         chunks = ChunkFactory(chat.rid, chat.created, chat.request.model)
         for index in range(chat.request.n):
             yield chunks.role(index)
-        last: dict[int, EngineDelta] = {}
+        last: dict[int, Piece] = {}
         outputs = [self._output(chat) for _ in range(chat.request.n)]
-        async for index, delta in _merge(self.engine, chat):
-            last[index] = delta
-            chunk = chunks.event(index, outputs[index].feed(delta.text)) if delta.text else None
+        async for index, piece in _merge(self.engine, chat):
+            last[index] = piece
+            out, delta = outputs[index], piece.delta
+            feed = out.feed_reasoning if piece.phase == "reasoning" else out.feed
+            chunk = chunks.event(index, feed(delta.text)) if delta.text else None
             if chunk is not None:
                 yield chunk
             if delta.finish_reason is not None:
-                event, result = outputs[index].finish(delta.finish_reason)
+                event, result = out.finish(delta.finish_reason)
                 if (chunk := chunks.event(index, event)) is not None:
                     yield chunk
                 yield chunks.finish(index, result.finish_reason, result.validation)
         if chat.request.include_usage and last:
-            first = last[0]
-            completion_tokens = sum(d.completion_tokens for d in last.values())
-            yield chunks.usage(make_usage(first.prompt_tokens, completion_tokens, first.cached_tokens))
+            first = last[0].delta
+            yield chunks.usage(make_usage(
+                first.prompt_tokens, sum(p.delta.completion_tokens for p in last.values()), first.cached_tokens,
+                sum(p.reasoning_tokens for p in last.values())))
 
 
 def _choices(chat: PreparedChat) -> list[tuple[str, GenerationPlan]]:
@@ -110,24 +138,24 @@ def _choices(chat: PreparedChat) -> list[tuple[str, GenerationPlan]]:
     return out
 
 
-async def _merge(engine: EngineClient, chat: PreparedChat) -> AsyncIterator[tuple[int, EngineDelta]]:
+async def _merge(engine: EngineClient, chat: PreparedChat) -> AsyncIterator[tuple[int, Piece]]:
     """Interleave the n choice streams; closing this generator aborts every one of them."""
     choices = _choices(chat)
     if len(choices) == 1:
-        stream = engine.stream(choices[0][1], choices[0][0])
+        stream = run_choice(engine, choices[0][1], choices[0][0])
         try:
-            async for delta in stream:
-                yield 0, delta
+            async for piece in stream:
+                yield 0, piece
         finally:
             await stream.aclose()
         return
-    queue: asyncio.Queue[tuple[int, EngineDelta | BaseException | None]] = asyncio.Queue()
+    queue: asyncio.Queue[tuple[int, Piece | BaseException | None]] = asyncio.Queue()
 
     async def pump(index: int, rid: str, plan: GenerationPlan) -> None:
-        stream = engine.stream(plan, rid)
+        stream = run_choice(engine, plan, rid)
         try:
-            async for delta in stream:
-                await queue.put((index, delta))
+            async for piece in stream:
+                await queue.put((index, piece))
             await queue.put((index, None))
         except BaseException as exc:  # handed to the consumer, re-raised there
             await queue.put((index, exc))

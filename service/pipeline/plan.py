@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from service.errors import ContextLengthError
+from service.pipeline.think import ReasoningSetup
 from service.pipeline.types import (
     DecodeConstraint,
     GenerationPlan,
+    ReasoningPlan,
     PromptIds,
     ServingLimits,
     ValidatedRequest,
@@ -17,6 +19,7 @@ def make_plan(
     prompt: PromptIds,
     limits: ServingLimits,
     constraint: DecodeConstraint | None = None,
+    reasoning: ReasoningSetup | None = None,
 ) -> GenerationPlan:
     """One plan per choice; raises ContextLengthError naming the parameter to change.
 
@@ -44,5 +47,19 @@ def make_plan(
     else:
         max_new = req.max_tokens
     return GenerationPlan(
-        input_ids=prompt.token_ids, max_new_tokens=max_new, sampling=req.sampling, constraint=constraint
+        input_ids=prompt.token_ids, max_new_tokens=max_new, sampling=req.sampling, constraint=constraint,
+        reasoning=_reasoning(req, reasoning, max_new),
     )
+
+
+def _reasoning(req: ValidatedRequest, setup: ReasoningSetup | None, max_new: int) -> ReasoningPlan | None:
+    if setup is None or req.reasoning is None or not req.reasoning.thinking:
+        return None
+    budget = req.reasoning.budget
+    if budget is not None and budget >= max_new:
+        raise ContextLengthError(
+            f"'max_reasoning_tokens' ({budget}) leaves no room for the answer: at most {max_new} tokens can "
+            f"be generated for this prompt; lower the budget or shorten the messages",
+            param="max_reasoning_tokens",
+        )
+    return setup.plan(budget)

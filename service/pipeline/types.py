@@ -63,6 +63,7 @@ class SamplingOptions:
     stop: tuple[str, ...] = ()
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
+    stop_token_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,14 @@ class DecodeConstraint:
 
 
 @dataclass(frozen=True)
+class ReasoningRequest:
+    """Thinking on/off and the exact budget (None = bounded by max_tokens only)."""
+
+    thinking: bool
+    budget: int | None = None
+
+
+@dataclass(frozen=True)
 class ValidatedRequest:
     """A request that passed the protocol-level checks (validate stage)."""
 
@@ -102,6 +111,8 @@ class ValidatedRequest:
     json_output: JsonOutputSpec | None = None
     tools: ToolRequest | None = None
     allow_schema_loosening: bool | None = None  # None = the server-wide default
+    reasoning: ReasoningRequest | None = None  # None: the model has no reasoning format
+    template_kwargs: tuple[tuple[str, Any], ...] = ()  # chat_template_kwargs minus enable_thinking
 
 
 @dataclass(frozen=True)
@@ -112,6 +123,20 @@ class PromptIds:
 
 
 @dataclass(frozen=True)
+class ReasoningPlan:
+    """How to run a thinking turn: the reasoning phase stops at ``end_id`` or after
+    ``budget`` tokens; then ``forced_ids`` (end marker + separator, when the budget ran
+    out) or ``separator_ids`` (after a natural end) are appended and the answer phase
+    runs with the plan's constraint. Token ids come from the serving tokenizer."""
+
+    budget: int | None
+    end_id: int
+    end_text: str
+    forced_ids: tuple[int, ...]
+    separator_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class GenerationPlan:
     """Everything the engine needs for one choice (plan stage)."""
 
@@ -119,6 +144,7 @@ class GenerationPlan:
     max_new_tokens: int
     sampling: SamplingOptions
     constraint: DecodeConstraint | None = None
+    reasoning: ReasoningPlan | None = None
 
 
 @dataclass(frozen=True)
@@ -130,6 +156,8 @@ class EngineDelta:
     prompt_tokens: int
     cached_tokens: int
     finish_reason: str | None = None
+    token_ids: tuple[int, ...] = ()  # the ids of this increment
+    matched_stop: int | str | None = None  # the stop token id / string that ended it
 
 
 @dataclass(frozen=True)
@@ -149,6 +177,15 @@ class ServingLimits:
     context_length: int
     max_n: int
     default_max_tokens: int | None
+    reasoning: "ReasoningPolicy | None" = None  # None: the model has no reasoning format
+
+
+@dataclass(frozen=True)
+class ReasoningPolicy:
+    """What the server allows for reasoning (from config and the model's format)."""
+
+    default_thinking: bool
+    effort_budgets: tuple[tuple[str, int | None], ...]
 
 
 class ChatTemplate(Protocol):
@@ -160,7 +197,12 @@ class ChatTemplate(Protocol):
 
     renders_tools: bool
 
-    def render(self, messages: Sequence[Message], tools: Sequence[ToolDef] = ()) -> list[int]: ...
+    def render(
+        self, messages: Sequence[Message], tools: Sequence[ToolDef] = (), suffix: str = "",
+        kwargs: tuple[tuple[str, Any], ...] = (),
+    ) -> list[int]: ...
+
+    def encode(self, text: str) -> list[int]: ...
 
 
 class GrammarChecker(Protocol):

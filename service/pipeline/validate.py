@@ -10,6 +10,7 @@ from service.pipeline.types import (
     ServingLimits,
     ValidatedRequest,
 )
+from service.pipeline.reasoning import template_kwargs, validate_reasoning
 from service.pipeline.tools import check_tool_results, tool_calls_of, validate_tools
 from service.protocol.openai import ChatCompletionRequest, ChatMessage
 
@@ -37,6 +38,8 @@ def validate_request(req: ChatCompletionRequest, limits: ServingLimits) -> Valid
         json_output=_json_output(req),
         tools=validate_tools(req),
         allow_schema_loosening=req.allow_schema_loosening,
+        reasoning=validate_reasoning(req, limits.reasoning, max_tokens, param),
+        template_kwargs=template_kwargs(req),
     )
 
 

@@ -14,7 +14,9 @@ import uuid
 from dataclasses import dataclass, field
 
 from runtime_ext.formats import ToolFormat
+from runtime_ext.formats.reasoning import ReasoningFormat
 from runtime_ext.parsers import ParseEvent, ToolCallParser
+from runtime_ext.parsers.reasoning import ReasoningParser
 from service.pipeline.types import DecodeConstraint, ToolRequest
 from service.postprocess.validation import validate_calls, validate_output
 from service.protocol.openai import DeltaFunction, DeltaToolCall, FunctionCall, SchemaValidation, ToolCall
@@ -24,6 +26,7 @@ from service.protocol.openai import DeltaFunction, DeltaToolCall, FunctionCall, 
 class ChoiceEvent:
     content: str = ""
     tool_calls: tuple[DeltaToolCall, ...] = ()
+    reasoning: str = ""
 
 
 @dataclass
@@ -34,6 +37,7 @@ class ChoiceResult:
     tool_calls: list[ToolCall] | None
     finish_reason: str
     validation: SchemaValidation | None
+    reasoning: str | None = None
 
 
 @dataclass
@@ -44,12 +48,26 @@ class _Call:
 
 
 class ChoiceOutput:
-    def __init__(self, constraint: DecodeConstraint | None, tools: ToolRequest | None, fmt: ToolFormat | None):
+    def __init__(
+        self, constraint: DecodeConstraint | None, tools: ToolRequest | None, fmt: ToolFormat | None,
+        reasoning: ReasoningFormat | None = None,
+    ):
         self.constraint = constraint
+        self.thinking = ReasoningParser(reasoning, in_reasoning=True) if reasoning is not None else None
         self.tools = tools if tools is not None and tools.mode != "none" else None
         self.parser = ToolCallParser(fmt, self.tools.allowed) if self.tools is not None else None
         self.content: list[str] = []
         self.calls: dict[int, _Call] = {}
+
+    def feed_reasoning(self, text: str) -> ChoiceEvent:
+        """Text of the reasoning phase (the block the prompt opened)."""
+        assert self.thinking is not None, "a reasoning format is needed for reasoning text"
+        event = self.thinking.feed(text)
+        return ChoiceEvent(reasoning=event.reasoning) if not event.content else self._both(event)
+
+    def _both(self, event) -> ChoiceEvent:
+        answer = self.feed(event.content)
+        return ChoiceEvent(answer.content, answer.tool_calls, event.reasoning)
 
     def feed(self, text: str) -> ChoiceEvent:
         if self.parser is None:
@@ -58,8 +76,16 @@ class ChoiceOutput:
         return self._event(self.parser.feed(text))
 
     def finish(self, finish_reason: str) -> tuple[ChoiceEvent, ChoiceResult]:
+        early = ChoiceEvent()
+        if self.thinking is not None:  # reasoning held back (a partial end marker) is reasoning
+            flushed = self.thinking.finish()
+            early = self._both(flushed) if flushed.content else ChoiceEvent(reasoning=flushed.reasoning)
         event = self._event(self.parser.finish()) if self.parser is not None else ChoiceEvent()
-        return event, self._result(finish_reason)
+        result = self._result(finish_reason)
+        if self.thinking is not None:
+            result.reasoning = self.thinking.result().reasoning
+        merged = ChoiceEvent(early.content + event.content, early.tool_calls + event.tool_calls, early.reasoning)
+        return merged, result
 
     def _event(self, parsed: ParseEvent) -> ChoiceEvent:
         deltas = []

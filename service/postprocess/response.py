@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
-from service.pipeline.types import EngineOutput
-from service.postprocess.choice import ChoiceEvent, ChoiceOutput
+from service.pipeline.types import EngineDelta
+from service.postprocess.choice import ChoiceEvent, ChoiceResult
 from service.protocol.openai import (
     AssistantMessage,
     ChatCompletion,
@@ -18,31 +19,38 @@ from service.protocol.openai import (
 )
 
 
-def make_usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> Usage:
+def make_usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int, reasoning_tokens: int = 0) -> Usage:
     return Usage(
         prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens,
         total_tokens=prompt_tokens + completion_tokens,
         prompt_tokens_details={"cached_tokens": cached_tokens},
-        completion_tokens_details={"reasoning_tokens": 0},
+        completion_tokens_details={"reasoning_tokens": reasoning_tokens},
     )
 
 
-def completion(
-    rid: str, created: int, model: str, outputs: Sequence[EngineOutput], processors: Sequence[ChoiceOutput]
-) -> ChatCompletion:
+@dataclass(frozen=True)
+class FinishedChoice:
+    """One choice done: what the client sees, the engine's token counts, reasoning tokens."""
+
+    result: ChoiceResult
+    counts: EngineDelta
+    reasoning_tokens: int
+
+
+def completion(rid: str, created: int, model: str, finished: Sequence[FinishedChoice]) -> ChatCompletion:
     """The non-streaming response; prompt tokens are counted once for all choices."""
     choices = []
-    for i, (o, proc) in enumerate(zip(outputs, processors)):
-        proc.feed(o.text)
-        _, result = proc.finish(o.finish_reason)
-        message = AssistantMessage(content=result.content, tool_calls=result.tool_calls)
-        choices.append(Choice(index=i, message=message, finish_reason=result.finish_reason,
-                              schema_validation=result.validation))
+    for i, f in enumerate(finished):
+        r = f.result
+        message = AssistantMessage(content=r.content, tool_calls=r.tool_calls,
+                                   reasoning_content=r.reasoning, reasoning=r.reasoning)
+        choices.append(Choice(index=i, message=message, finish_reason=r.finish_reason, schema_validation=r.validation))
     usage = make_usage(
-        prompt_tokens=outputs[0].prompt_tokens,
-        completion_tokens=sum(o.completion_tokens for o in outputs),
-        cached_tokens=outputs[0].cached_tokens,
+        prompt_tokens=finished[0].counts.prompt_tokens,
+        completion_tokens=sum(f.counts.completion_tokens for f in finished),
+        cached_tokens=finished[0].counts.cached_tokens,
+        reasoning_tokens=sum(f.reasoning_tokens for f in finished),
     )
     return ChatCompletion(id=rid, created=created, model=model, choices=choices, usage=usage)
 
@@ -59,9 +67,11 @@ class ChunkFactory:
 
     def event(self, index: int, event: ChoiceEvent) -> ChatCompletionChunk | None:
         """The chunk for what a choice produced (None when it produced nothing yet)."""
-        if not event.content and not event.tool_calls:
+        if not event.content and not event.tool_calls and not event.reasoning:
             return None
-        delta = Delta(content=event.content or None, tool_calls=list(event.tool_calls) or None)
+        reasoning = event.reasoning or None
+        delta = Delta(content=event.content or None, tool_calls=list(event.tool_calls) or None,
+                      reasoning_content=reasoning, reasoning=reasoning)
         return ChatCompletionChunk(**self._head, choices=[ChunkChoice(index=index, delta=delta)])
 
     def finish(self, index: int, reason: str, validation: SchemaValidation | None = None) -> ChatCompletionChunk:

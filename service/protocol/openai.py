@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 
 class _Strict(BaseModel):
@@ -113,6 +113,13 @@ class ChatCompletionRequest(_Strict):
     tools: list[Tool] | None = None
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool | None = None
+    # reasoning: on/off (also chat_template_kwargs.enable_thinking), effort, exact budget
+    enable_thinking: bool | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
+    max_reasoning_tokens: int | None = Field(
+        None, strict=True, validation_alias=AliasChoices("max_reasoning_tokens", "max_thinking_tokens")
+    )
     # structserve extension: accept schema keywords the grammar cannot enforce exactly
     # (they are dropped from the grammar; the output is still validated against them).
     allow_schema_loosening: bool | None = None
@@ -132,6 +139,8 @@ class Usage(BaseModel):
 class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None
+    reasoning_content: str | None = None
+    reasoning: str | None = None  # the same text, under the name newer clients read
     tool_calls: list[ToolCall] | None = None
 
 
@@ -177,6 +186,8 @@ class DeltaToolCall(BaseModel):
 class Delta(BaseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
     tool_calls: list[DeltaToolCall] | None = None
 
 

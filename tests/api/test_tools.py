@@ -76,7 +76,10 @@ def check_required(choice, tool) -> str:
         assert choice.model_extra["schema_validation"] == {"valid": True, "error": None}
         return "finished"
     assert choice.finish_reason == "length", choice
-    assert choice.model_extra["schema_validation"]["valid"] is False
+    if choice.model_extra["schema_validation"]["valid"]:  # the call was complete, only EOS was cut
+        Draft202012Validator(schema).validate(json.loads(call.function.arguments))
+        return "finished"
+    assert "truncated" in choice.model_extra["schema_validation"]["error"]
     assert json_prefix_ok(schema, call.function.arguments), call.function.arguments
     return "truncated"
 

@@ -1,0 +1,79 @@
+"""Reasoning (think-block) formats: one frozen spec per family, shared by the parser,
+the prompt stage and the budget enforcement. Pure.
+
+A reasoning block is ``start`` ... ``end`` at the beginning of the assistant turn,
+followed by ``separator`` and the answer. ``start_in_template``: the chat template
+already opens the block at the end of the prompt (DeepSeek-R1), so the model's
+output begins inside the reasoning; otherwise the service writes ``start`` +
+``opening`` after the generation prompt when thinking is on, so reasoning starts at
+the first generated token in every case.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Mapping
+
+
+@dataclass(frozen=True)
+class ReasoningFormat:
+    name: str
+    start: str
+    end: str
+    start_in_template: bool = False
+    opening: str = "\n"  # written after ``start`` when the service opens the block
+    separator: str = "\n\n"  # written after ``end`` before the answer
+
+    def prompt_suffix(self, thinking: bool) -> str:
+        """Text appended after the generation prompt: an open block (thinking on) or an
+        empty closed one (thinking off: the model answers at once)."""
+        opened = "" if self.start_in_template else self.start + self.opening
+        if thinking:
+            return opened
+        return opened + ("" if self.start_in_template else "\n") + self.end + self.separator
+
+    @property
+    def forced_end(self) -> str:
+        """What the service appends when the budget is spent: ``end`` + ``separator``
+        (after a newline, as models write it)."""
+        return "\n" + self.end + self.separator
+
+
+class UnknownReasoningFormatError(KeyError):
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+    def __str__(self) -> str:
+        return (f"unknown reasoning format {self.name!r}; valid: auto, none, "
+                f"{', '.join(REASONING_FORMATS)} (or a start/end pair in config)")
+
+
+QWEN3 = ReasoningFormat("qwen3", "<think>", "</think>")
+DEEPSEEK_R1 = ReasoningFormat("deepseek_r1", "<think>", "</think>", start_in_template=True)
+
+REASONING_FORMATS: Mapping[str, ReasoningFormat] = MappingProxyType({f.name: f for f in (QWEN3, DEEPSEEK_R1)})
+FAMILY_REASONING: Mapping[str, str] = MappingProxyType(
+    {"qwen3": "qwen3", "qwen3_moe": "qwen3", "deepseek_v3": "deepseek_r1"}
+)
+
+
+def select_reasoning_format(
+    configured: str, model_type: str | None, start: str | None = None, end: str | None = None
+) -> ReasoningFormat | None:
+    """``configured``: ``auto`` (by model family; None when the family does not reason),
+    ``none``, ``generic`` (``start``/``end`` required) or a registered name."""
+    if configured == "none":
+        return None
+    if configured == "auto":
+        name = FAMILY_REASONING.get(model_type or "")
+        return None if name is None else REASONING_FORMATS[name]
+    if configured == "generic":
+        if not start or not end:
+            raise ValueError("reasoning.format 'generic' needs reasoning.start and reasoning.end markers")
+        return ReasoningFormat("generic", start, end)
+    try:
+        return REASONING_FORMATS[configured]
+    except KeyError:
+        raise UnknownReasoningFormatError(configured) from None
