@@ -24,6 +24,8 @@ test-unit: setup
 
 bench: assets
 	@$(VENV_PY) bench/serve_overhead.py
+	@$(VENV_PY) bench/structured_overhead.py
+	@$(VENV_PY) bench/reasoning_overhead.py --mechanism
 
 clean:
 	rm -f .venv

@@ -34,6 +34,7 @@ class EngineOptions:
     random_seed: int = 0
     log_level: str = "warning"
     sleep_on_idle: bool = True
+    disable_overlap_schedule: bool = False
 
     def engine_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = dict(
@@ -47,6 +48,7 @@ class EngineOptions:
             random_seed=self.random_seed,
             log_level=self.log_level,
             sleep_on_idle=self.sleep_on_idle,
+            disable_overlap_schedule=self.disable_overlap_schedule,
             incremental_streaming_output=True,
             # JSON without free whitespace: no tokens wasted, and the same grammar
             # grammars/compile.py checks ahead of the engine.

@@ -32,6 +32,7 @@ class EngineSettings(BaseModel):
     random_seed: int = 0
     log_level: str = "warning"
     sleep_on_idle: bool = True
+    disable_overlap_schedule: bool = False
 
 
 class GrammarSettings(BaseModel):

@@ -52,3 +52,16 @@ def test_smollm2_gets_the_generic_section_and_text_calls(assets):
     assert text.startswith("<|im_start|>system\nYou can call these functions:\n- get_weather: Weather now")
     assert '<|im_start|>assistant\n<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>' in text
     assert "<|im_start|>user\nResult of get_weather (call call_1):\nsunny, 21 C<|im_end|>" in text
+
+
+def test_reasoning_markers_resolve_to_single_tokens_of_the_serving_tokenizer(assets):
+    from runtime_ext.formats.reasoning import QWEN3, ReasoningFormat
+    from service.pipeline.think import ReasoningMarkerError, ReasoningSetup
+    from service.tokenizer import HFChatTemplate
+
+    template = HFChatTemplate(assets.qwen3_tiny)
+    setup = ReasoningSetup.build(QWEN3, template.encode)
+    assert template.tokenizer.convert_ids_to_tokens(setup.end_id) == "</think>"
+    assert template.tokenizer.decode(list(setup.forced_ids)) == "\n</think>\n\n"
+    with pytest.raises(ReasoningMarkerError, match="not one"):
+        ReasoningSetup.build(ReasoningFormat("generic", "<<plan>>", "<</plan>>"), template.encode)
