@@ -41,9 +41,11 @@ def register() -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     from runtime_ext.fixes import sampling_seed
+    from runtime_ext.kv_cache import sglang_method
     from runtime_ext.parsers.sglang_adapter import register_tool_parsers
 
     HookRegistry.register(_INTERNAL_STATE_TARGET, _add_report, HookType.AFTER)
     sampling_seed.register(HookRegistry, HookType)
+    sglang_method.register(HookRegistry, HookType)  # kv_cache_dtype="c8_dynamic"
     register_tool_parsers()  # structserve_<format> names for SGLang's own --tool-call-parser
     _registered_pids.add(os.getpid())

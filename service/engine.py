@@ -35,6 +35,7 @@ class EngineOptions:
     log_level: str = "warning"
     sleep_on_idle: bool = True
     disable_overlap_schedule: bool = False
+    kv_cache: str = "bf16"
 
     def engine_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = dict(
@@ -49,6 +50,8 @@ class EngineOptions:
             log_level=self.log_level,
             sleep_on_idle=self.sleep_on_idle,
             disable_overlap_schedule=self.disable_overlap_schedule,
+            # bf16 = unquantized (the model's dtype); c8_* are runtime_ext's INT8 methods
+            kv_cache_dtype="auto" if self.kv_cache == "bf16" else self.kv_cache,
             incremental_streaming_output=True,
             # JSON without free whitespace: no tokens wasted, and the same grammar
             # grammars/compile.py checks ahead of the engine.

@@ -30,7 +30,9 @@ log = logging.getLogger(__name__)
 
 
 def engine_options(settings: Settings, model_dir: Path) -> EngineOptions:
-    return EngineOptions(model_path=model_dir, dtype=settings.dtype, **settings.engine.model_dump())
+    return EngineOptions(
+        model_path=model_dir, dtype=settings.dtype, kv_cache=settings.kv_cache, **settings.engine.model_dump()
+    )
 
 
 async def _load(state: ServiceState, model_dir: Path, on_failure: Any) -> None:

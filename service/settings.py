@@ -74,6 +74,7 @@ class Settings(BaseSettings):
     cache_dir: Path | None = None
     log_level: str = "info"
     tool_format: str = "auto"
+    kv_cache: Literal["bf16", "c8_dynamic"] = "bf16"
     engine: EngineSettings = EngineSettings()
     request: RequestSettings = RequestSettings()
     grammar: GrammarSettings = GrammarSettings()

@@ -1,6 +1,5 @@
 """The sgl_kernel CPU stand-in: same bits as SGLang's kernels, on hand-checked values."""
 
-import ctypes
 
 import pytest
 

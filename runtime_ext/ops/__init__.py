@@ -1,0 +1,31 @@
+"""Kernel dispatch: one table per op, a torch reference implementation (always present,
+tested here) and an NPU implementation on ``torch_npu`` ops (tested against an emulation
+of their documented semantics; not verified on hardware).
+
+``get_op(name, device)`` picks by the tensor's device type; devices without an entry use
+the reference. Imports torch lazily through the implementation modules.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from runtime_ext.ops import kv_npu, kv_ref
+
+OPS: dict[str, dict[str, Callable[..., Any]]] = {
+    "kv_quantize_per_token": {"cpu": kv_ref.quantize_per_token, "npu": kv_npu.quantize_per_token},
+    "kv_dequantize_per_token": {"cpu": kv_ref.dequantize_per_token, "npu": kv_npu.dequantize_per_token},
+    "kv_quantize_static": {"cpu": kv_ref.quantize_static, "npu": kv_npu.quantize_static},
+    "kv_dequantize_static": {"cpu": kv_ref.dequantize_static, "npu": kv_npu.dequantize_static},
+    "kv_quantize_residual": {"cpu": kv_ref.quantize_residual},
+    "kv_dequantize_residual": {"cpu": kv_ref.dequantize_residual},
+}
+
+
+def get_op(name: str, device: str = "cpu") -> Callable[..., Any]:
+    """The implementation of ``name`` for ``device`` ("cpu", "npu", "cuda", ...)."""
+    try:
+        table = OPS[name]
+    except KeyError:
+        raise KeyError(f"unknown op {name!r}; known: {', '.join(sorted(OPS))}") from None
+    return table.get(device, table["cpu"])

@@ -1,0 +1,96 @@
+"""C8 KV-cache quantization math: the torch reference path (runs on any device).
+
+Shapes: a K or V slice is ``x[T, H, D]`` (tokens, heads, head dim). All methods are
+symmetric with zero-point 0.
+
+- **C8-D** (dynamic): per token and head, ``scale = absmax / 127``; ``q = round(x / scale)``.
+  A zero vector gets scale 0 and q 0 (dequantizes to exact zeros).
+- **C8-S** (static): per layer / K-or-V / head / channel scales ``s[H, D]`` from
+  calibration; ``q = clamp(round(x / s), -127, 127)``.
+- **Residual** (for C8-S outliers): ``r = x - deq8(q8(x))`` stored as INT4 (values in
+  [-7, 7], two per byte, low nibble first) with one scale per vector ``absmax(r) / 7``.
+  Reads return ``deq8 + deq4``.
+
+Non-finite input is rejected (``ValueError``): a NaN or inf in the cache would poison
+every later step silently.
+"""
+
+from __future__ import annotations
+
+import torch
+
+INT8_MAX = 127
+INT4_MAX = 7
+
+
+def _check_finite(x: torch.Tensor, what: str) -> None:
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError(f"{what} holds NaN or inf; refusing to store it in the KV cache")
+
+
+def quantize_per_token(
+    x: torch.Tensor, scale_dtype: torch.dtype = torch.float32
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """C8-D: ``x[..., D]`` -> (int8 ``q[..., D]``, ``scale[...]`` in ``scale_dtype``).
+
+    A float16 scale is rounded *up* (never below absmax/127), so values never clip and the
+    error stays within half a quantization step of the stored scale."""
+    _check_finite(x, "the KV tensor")
+    xf = x.float()
+    scale = xf.abs().amax(dim=-1) / INT8_MAX
+    if scale_dtype != torch.float32:
+        scale = (scale * (1 + 2.0**-9)).to(scale_dtype).float()
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+    q = torch.round(xf / safe.unsqueeze(-1)).clamp_(-INT8_MAX, INT8_MAX).to(torch.int8)
+    return q, scale.to(scale_dtype)
+
+
+def dequantize_per_token(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return (q.float() * scale.float().unsqueeze(-1)).to(dtype)
+
+
+def quantize_static(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """C8-S: ``x[T, H, D]`` with per-channel ``scale[H, D]`` (> 0) -> int8, clamped."""
+    _check_finite(x, "the KV tensor")
+    return torch.round(x.float() / scale).clamp_(-INT8_MAX, INT8_MAX).to(torch.int8)
+
+
+def dequantize_static(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return (q.float() * scale).to(dtype)
+
+
+def relative_error(x: torch.Tensor, approx: torch.Tensor) -> torch.Tensor:
+    """``‖x − approx‖ / ‖x‖`` per vector (last dim); 0 for zero vectors."""
+    xf = x.float()
+    num = (xf - approx.float()).norm(dim=-1)
+    den = xf.norm(dim=-1)
+    return torch.where(den > 0, num / torch.where(den > 0, den, torch.ones_like(den)), torch.zeros_like(den))
+
+
+def pack_int4(values: torch.Tensor) -> torch.Tensor:
+    """int values in [-8, 7] ``[..., D]`` (D even) -> uint8 ``[..., D/2]``, low nibble first."""
+    if values.shape[-1] % 2:
+        raise ValueError(f"INT4 packing needs an even last dimension, got {values.shape[-1]}")
+    nibbles = (values.to(torch.int16) & 0xF).to(torch.uint8)
+    return nibbles[..., 0::2] | (nibbles[..., 1::2] << 4)
+
+
+def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
+    """uint8 ``[..., D/2]`` -> int8 ``[..., D]`` in [-8, 7]."""
+    low = (packed & 0xF).to(torch.int16)
+    high = (packed >> 4).to(torch.int16)
+    both = torch.stack((low, high), dim=-1).flatten(-2)
+    return torch.where(both > 7, both - 16, both).to(torch.int8)
+
+
+def quantize_residual(r: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Residual ``r[..., D]`` -> (packed uint8 ``[..., D/2]``, float32 ``scale[...]``)."""
+    rf = r.float()
+    scale = rf.abs().amax(dim=-1) / INT4_MAX
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+    q = torch.round(rf / safe.unsqueeze(-1)).clamp_(-INT4_MAX, INT4_MAX)
+    return pack_int4(q), scale
+
+
+def dequantize_residual(packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    return unpack_int4(packed).float() * scale.unsqueeze(-1)

@@ -1,0 +1,116 @@
+"""C8 KV math: round-trip bounds (exact math), shapes/dtypes, zeros, non-finite input, INT4
+packing, and the NPU path against the emulation of the torch_npu ops it calls."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from runtime_ext.ops import OPS, get_op, kv_npu
+from runtime_ext.ops import kv_ref as ref
+from tests.unit.runtime_ext import npu_emulation
+
+
+def kv(t=64, h=4, d=64, seed=0, outliers=False):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(t, h, d, generator=g)
+    if outliers:  # a few channels 30x larger, as real K caches have
+        x[:, :, :3] *= 30
+        x[::7] *= 8
+    return x.to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("outliers", [False, True])
+def test_c8_dynamic_round_trip_is_within_half_a_step(outliers):
+    x = kv(outliers=outliers).float()
+    q, scale = ref.quantize_per_token(x)
+    assert q.dtype == torch.int8 and q.shape == x.shape and scale.shape == x.shape[:2]
+    assert scale.dtype == torch.float32 and int(q.abs().max()) == 127
+    err = (ref.dequantize_per_token(q, scale, torch.float32) - x).abs()
+    assert bool((err <= scale.unsqueeze(-1) / 2 + 1e-6).all())
+    assert ref.dequantize_per_token(q, scale, torch.bfloat16).dtype == torch.bfloat16
+
+
+def test_c8_static_clamps_and_bounds_in_range_values():
+    x = kv().float()
+    scale = x.abs().amax(dim=0) / 127  # per head and channel, as calibration computes it
+    q = ref.quantize_static(x, scale)
+    err = (ref.dequantize_static(q, scale, torch.float32) - x).abs()
+    assert bool((err <= scale / 2 + 1e-6).all())
+    clamped = ref.quantize_static(x * 10, scale)  # values beyond calibration saturate
+    assert int(clamped.max()) == 127 and int(clamped.min()) == -127
+
+
+def test_zero_vectors_and_non_finite_input():
+    x = torch.zeros(3, 2, 8)
+    q, scale = ref.quantize_per_token(x)
+    assert bool((q == 0).all()) and bool((scale == 0).all())
+    assert bool((ref.dequantize_per_token(q, scale, torch.float32) == 0).all())
+    assert bool((ref.relative_error(x, x) == 0).all())
+    for bad in (float("nan"), float("inf")):
+        y = torch.ones(2, 2, 8)
+        y[1, 1, 3] = bad
+        with pytest.raises(ValueError, match="NaN or inf"):
+            ref.quantize_per_token(y)
+        with pytest.raises(ValueError, match="NaN or inf"):
+            ref.quantize_static(y, torch.ones(2, 8))
+
+
+def test_int4_packing_is_exact_and_the_residual_shrinks_the_error():
+    values = torch.arange(-8, 8).repeat(3, 2)
+    packed = ref.pack_int4(values)
+    assert packed.dtype == torch.uint8 and packed.shape == (3, 16)
+    assert torch.equal(ref.unpack_int4(packed), values.to(torch.int8))
+    with pytest.raises(ValueError, match="even"):
+        ref.pack_int4(torch.zeros(2, 3))
+    x = kv(outliers=True).float()
+    scale = x.abs().mean(dim=0) * 3 / 127  # a static scale that clips the outliers
+    deq8 = ref.dequantize_static(ref.quantize_static(x, scale), scale, torch.float32)
+    packed, rscale = ref.quantize_residual(x - deq8)
+    assert packed.shape == (*x.shape[:2], x.shape[2] // 2)  # 32 B per 64-dim vector + a scale
+    fixed = deq8 + ref.dequantize_residual(packed, rscale)
+    assert bool((ref.relative_error(x, fixed) <= ref.relative_error(x, deq8) + 1e-6).all())
+    assert float(ref.relative_error(x, fixed).mean()) < 0.5 * float(ref.relative_error(x, deq8).mean())
+
+
+@pytest.fixture
+def emulated_npu(monkeypatch):
+    monkeypatch.setattr(kv_npu, "_npu", lambda: npu_emulation)
+
+
+def test_npu_path_matches_the_reference_under_the_emulated_ops(emulated_npu):
+    x = kv(outliers=True)
+    q_npu, s_npu = get_op("kv_quantize_per_token", "npu")(x)
+    q_ref, s_ref = get_op("kv_quantize_per_token", "cpu")(x)
+    assert torch.equal(q_npu, q_ref) and torch.allclose(s_npu, s_ref)
+    scale = x.float().abs().amax(dim=0) / 127
+    q_static = get_op("kv_quantize_static", "npu")(x, scale)
+    assert torch.equal(q_static, ref.quantize_static(x, scale))
+    deq = get_op("kv_dequantize_static", "npu")(q_static, scale, torch.float32)
+    assert torch.allclose(deq, ref.dequantize_static(q_static, scale, torch.float32))
+    with pytest.raises(ValueError):
+        get_op("kv_quantize_per_token", "npu")(torch.full((2, 2, 4), float("nan"), dtype=torch.bfloat16))
+
+
+def test_dispatch_table():
+    assert get_op("kv_quantize_per_token", "cuda") is ref.quantize_per_token  # no entry: reference
+    assert all("cpu" in table for table in OPS.values())
+    with pytest.raises(KeyError, match="known"):
+        get_op("nope")
+
+
+def test_float16_scales_never_clip_and_keep_the_half_step_bound():
+    x = kv(outliers=True).float()
+    q, scale = ref.quantize_per_token(x, torch.float16)
+    assert scale.dtype == torch.float16
+    err = (ref.dequantize_per_token(q, scale, torch.float32) - x).abs()
+    assert bool((err <= scale.float().unsqueeze(-1) / 2 + 1e-6).all())
+
+
+@pytest.mark.parametrize("head_dim, ratio", [(64, 0.516), (128, 0.508)])
+def test_c8_bytes_per_token_against_bf16(head_dim, ratio):
+    from runtime_ext.kv_cache.sglang_method import c8_cell_size
+
+    bf16 = 8 * head_dim * 30 * 2 * 2  # heads * dim * layers * (K, V) * 2 bytes
+    c8 = c8_cell_size(8, head_dim, 30)
+    assert c8 / bf16 == pytest.approx(ratio, abs=1e-3) and bf16 / c8 >= 1.9
