@@ -1,4 +1,4 @@
-"""The ``structserve`` command line: serve, assets."""
+"""The ``structserve`` command line: serve, assets, grammar check, kv calibrate."""
 
 from __future__ import annotations
 
@@ -21,6 +21,15 @@ def _mount_grammar() -> None:
 
 
 _mount_grammar()
+
+
+def _mount_kv() -> None:
+    from runtime_ext.kv_cache.cli import kv_app
+
+    app.add_typer(kv_app, name="kv", help="C8 INT8 KV cache: calibration.")
+
+
+_mount_kv()
 
 DEFAULT_MODEL_ASSET = "smollm2"
 

@@ -1,0 +1,47 @@
+"""`structserve kv calibrate` on the real tiny Qwen3 and real text; loading checks the shape."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from runtime_ext.kv_cache.calibration import CalibrationMismatchError, load_calibration
+
+
+@pytest.fixture(scope="module")
+def calibration_file(assets, tmp_path_factory):
+    from service.cli import app
+
+    out = tmp_path_factory.mktemp("kv") / "qwen3-tiny.json"
+    result = CliRunner().invoke(app, ["kv", "calibrate", "--model", str(assets.qwen3_tiny), "--out", str(out),
+                                      "--tokens", "256", "--chunk", "128"])
+    assert result.exit_code == 0, result.output
+    assert "outlier rate" in result.output
+    return out
+
+
+def test_scales_cover_the_calibration_text(calibration_file, assets):
+    calib = load_calibration(calibration_file, layers=2, kv_heads=2, head_dim=16)
+    assert calib.tokens == 256 and calib.model == "qwen3-tiny"
+    assert len(calib.k_scale) == 2 and len(calib.k_scale[0]) == 2 and len(calib.k_scale[0][0]) == 16
+    assert all(s > 0 for layer in calib.v_scale for head in layer for s in head)
+    assert calib.tau == pytest.approx(3 * calib.eps_mean) and 0 < calib.eps_mean < calib.eps_p99
+    assert 0 <= calib.outlier_rate < 0.1
+
+
+@pytest.mark.parametrize("shape, what", [((3, 2, 16), "layers=2"), ((2, 4, 16), "kv_heads=2"),
+                                         ((2, 2, 64), "head_dim=16")])
+def test_a_mismatched_file_is_a_clear_error(calibration_file, shape, what):
+    with pytest.raises(CalibrationMismatchError, match=what):
+        load_calibration(calibration_file, *shape)
+
+
+def test_not_a_calibration_file(tmp_path):
+    bad = tmp_path / "x.json"
+    bad.write_text(json.dumps({"hello": 1}))
+    with pytest.raises(CalibrationMismatchError, match="not a structserve-kv-c8"):
+        load_calibration(bad, 2, 2, 16)
+    with pytest.raises(CalibrationMismatchError, match="cannot read"):
+        load_calibration(tmp_path / "missing.json", 2, 2, 16)
