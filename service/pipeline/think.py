@@ -75,7 +75,8 @@ async def run_choice(engine: EngineClient, plan: GenerationPlan, rid: str) -> As
             yield Piece("reasoning", replace(delta, finish_reason=None), _reasoning_count(delta, r))
     natural = last is not None and last.matched_stop in (r.end_id, r.end_text)
     if last is not None and last.finish_reason == "stop" and not natural:
-        yield Piece("reasoning", last, _reasoning_count(last, r))  # EOS inside the reasoning: done
+        # EOS inside the reasoning: done (its text was yielded above; only the finish is new)
+        yield Piece("reasoning", replace(last, text=""), _reasoning_count(last, r))
         return
     appended = r.separator_ids if natural else r.forced_ids
     used = len(ids) + len(appended)
