@@ -32,7 +32,7 @@ from tqdm import tqdm
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-MODES = ("bf16", "c8_dynamic")
+MODES = ("bf16", "c8_dynamic", "c8_static")
 GIB = 1 << 30
 
 
@@ -49,6 +49,16 @@ def windows(n: int, size: int) -> list[list[int]]:
 
 def run_mode(model: Path, mode: str, prompts: list[list[int]], chunk: int) -> dict:
     from service.engine import EngineOptions, prepare_process_env
+
+    if mode == "c8_static":  # scales from the calibration split (never the held-out text)
+        from runtime_ext.kv_cache.calibration import calibrate
+        from service.assets import calibration_text
+
+        path = Path("/tmp/structserve-bench-kv-calibration.json")
+        calib = calibrate(model, calibration_text(), tokens=2048)
+        calib.save(path)
+        os.environ["STRUCTSERVE_KV_CALIBRATION"] = str(path)
+        print(f"calibration: ε mean {calib.eps_mean:.4f}, τ {calib.tau:.4f}, outlier rate {calib.outlier_rate:.2%}")
 
     prepare_process_env("cpu")
     import sglang
@@ -81,7 +91,7 @@ def bytes_per_token(model: Path, mode: str) -> int:
         return layers * heads * dim * 2 * 2
     from runtime_ext.kv_cache.sglang_method import c8_cell_size
 
-    return c8_cell_size(heads, dim, layers)
+    return c8_cell_size(heads, dim, layers) if mode == "c8_dynamic" else layers * heads * dim * 2
 
 
 def main() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -39,6 +40,7 @@ async def _load(state: ServiceState, model_dir: Path, on_failure: Any) -> None:
     try:
         template = await asyncio.to_thread(HFChatTemplate, model_dir)
         formats, policy = _formats(state.settings, template)
+        _check_kv_cache(state.settings, model_dir)
         engine = await asyncio.to_thread(SGLangEngine.start, engine_options(state.settings, model_dir))
         state.engine = engine
         g = state.settings.grammar
@@ -71,6 +73,21 @@ def _formats(settings: Settings, template: HFChatTemplate) -> tuple[ModelFormats
     log.info("tool-call format: %s (template renders tools: %s); reasoning format: %s",
              tools.name, template.renders_tools, fmt.name if fmt else "none")
     return ModelFormats(tools, setup), policy
+
+
+def _check_kv_cache(settings: Settings, model_dir: Path) -> None:
+    """c8_static needs a calibration file made for this model (a startup error otherwise);
+    the scheduler process reads it through the environment."""
+    if settings.kv_cache != "c8_static":
+        return
+    from runtime_ext.kv_cache.calibration import load_calibration, model_kv_shape
+    from runtime_ext.kv_cache.sglang_method import CALIBRATION_ENV
+
+    if settings.kv_calibration is None:
+        raise ValueError("kv_cache c8_static needs kv_calibration (STRUCTSERVE_KV_CALIBRATION): a file from "
+                         "`structserve kv calibrate --model ... --out FILE`")
+    load_calibration(settings.kv_calibration, *model_kv_shape(model_dir))
+    os.environ[CALIBRATION_ENV] = str(settings.kv_calibration.resolve())
 
 
 def create_app(settings: Settings, model_dir: Path, served_model_name: str) -> FastAPI:

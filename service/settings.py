@@ -74,7 +74,8 @@ class Settings(BaseSettings):
     cache_dir: Path | None = None
     log_level: str = "info"
     tool_format: str = "auto"
-    kv_cache: Literal["bf16", "c8_dynamic"] = "bf16"
+    kv_cache: Literal["bf16", "c8_dynamic", "c8_static"] = "bf16"
+    kv_calibration: Path | None = None
     engine: EngineSettings = EngineSettings()
     request: RequestSettings = RequestSettings()
     grammar: GrammarSettings = GrammarSettings()

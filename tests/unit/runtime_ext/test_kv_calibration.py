@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from typer.testing import CliRunner
@@ -45,3 +46,18 @@ def test_not_a_calibration_file(tmp_path):
         load_calibration(bad, 2, 2, 16)
     with pytest.raises(CalibrationMismatchError, match="cannot read"):
         load_calibration(tmp_path / "missing.json", 2, 2, 16)
+
+
+def test_the_service_refuses_to_start_c8_static_without_a_matching_file(calibration_file, assets, monkeypatch):
+    from runtime_ext.kv_cache.sglang_method import CALIBRATION_ENV
+    from service.main import _check_kv_cache
+    from service.settings import Settings
+
+    monkeypatch.setenv(CALIBRATION_ENV, "unset")  # restored after the test
+
+    with pytest.raises(ValueError, match="needs kv_calibration"):
+        _check_kv_cache(Settings(kv_cache="c8_static"), assets.qwen3_tiny)
+    with pytest.raises(CalibrationMismatchError, match="layers=2"):  # made for the tiny Qwen3, not SmolLM2
+        _check_kv_cache(Settings(kv_cache="c8_static", kv_calibration=calibration_file), assets.smollm2)
+    _check_kv_cache(Settings(kv_cache="c8_static", kv_calibration=calibration_file), assets.qwen3_tiny)
+    assert os.environ[CALIBRATION_ENV] == str(calibration_file.resolve())  # what the scheduler reads

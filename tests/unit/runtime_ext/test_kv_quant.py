@@ -114,3 +114,4 @@ def test_c8_bytes_per_token_against_bf16(head_dim, ratio):
     bf16 = 8 * head_dim * 30 * 2 * 2  # heads * dim * layers * (K, V) * 2 bytes
     c8 = c8_cell_size(8, head_dim, 30)
     assert c8 / bf16 == pytest.approx(ratio, abs=1e-3) and bf16 / c8 >= 1.9
+
