@@ -53,7 +53,8 @@ def test_the_service_refuses_to_start_c8_static_without_a_matching_file(calibrat
     from service.main import _check_kv_cache
     from service.settings import Settings
 
-    monkeypatch.setenv(CALIBRATION_ENV, "unset")  # restored after the test
+    monkeypatch.setenv(CALIBRATION_ENV, "x")  # records the original value: restored after the test
+    monkeypatch.delenv(CALIBRATION_ENV)  # (it is also the settings variable for kv_calibration)
 
     with pytest.raises(ValueError, match="needs kv_calibration"):
         _check_kv_cache(Settings(kv_cache="c8_static"), assets.qwen3_tiny)
