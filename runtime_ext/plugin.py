@@ -22,8 +22,12 @@ _registered_pids: set[int] = set()
 
 
 def plugin_report() -> dict[str, Any]:
-    """What the plugin says about itself in the process that calls this."""
-    return {"version": __version__, "pid": os.getpid(), "registered": os.getpid() in _registered_pids}
+    """What the plugin says about itself in the process that calls this (in the scheduler:
+    also the KV-cache method its pool was built with)."""
+    from runtime_ext.kv_cache.sglang_method import built_method
+
+    return {"version": __version__, "pid": os.getpid(), "registered": os.getpid() in _registered_pids,
+            "kv_cache": built_method()}
 
 
 def _add_report(result: Any, *_args: Any, **_kwargs: Any) -> Any:

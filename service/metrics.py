@@ -15,6 +15,12 @@ PLUGIN = Gauge(
     ["scheduler_pid", "version"],
     registry=REGISTRY,
 )
+KV_METHOD = Gauge(
+    "structserve_kv_cache_method",
+    "1 for the KV-cache method SGLang's pool was built with (reported from the scheduler)",
+    ["method"],
+    registry=REGISTRY,
+)
 GRAMMAR_COMPILE_SECONDS = Histogram(
     "structserve_grammar_compile_seconds", "Grammar compile time (cache misses)", ["kind"], registry=REGISTRY,
     buckets=(0.001, 0.005, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),

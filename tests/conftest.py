@@ -39,3 +39,13 @@ def smol_server(assets):
     yield server
     code = server.stop()
     assert code == 0, f"SIGTERM must shut the server down gracefully (exit 0), got {code}"
+
+
+@pytest.fixture(scope="session")
+def c8_server(assets):
+    """structserve on the tiny Qwen3 with the INT8 KV cache (kv_cache: c8_dynamic)."""
+    server = _server(assets.qwen3_tiny, "qwen-c8", STRUCTSERVE_DTYPE="float32", STRUCTSERVE_KV_CACHE="c8_dynamic",
+                     STRUCTSERVE_REASONING__DEFAULT_THINKING="false")
+    yield server
+    code = server.stop()
+    assert code == 0, f"SIGTERM must shut the server down gracefully (exit 0), got {code}"

@@ -137,8 +137,15 @@ def _build(original: Any, self: Any, *args: Any, **kwargs: Any) -> Any:
     if _selected.get("name") in KV_METHODS and self.kv_cache_dtype == torch.int8:
         from sglang.srt.layers.quantization.fp4_kv_cache_quant_method import get_kv_cache_quant_method
 
-        return get_kv_cache_quant_method(_selected["name"], dtype=_selected.get("model_dtype") or torch.bfloat16)
+        method = get_kv_cache_quant_method(_selected["name"], dtype=_selected.get("model_dtype") or torch.bfloat16)
+        _selected["built"] = method.name
+        return method
     return original(self, *args, **kwargs)
+
+
+def built_method() -> str:
+    """The KV method this process's pool was built with ("unquantized" unless one of ours)."""
+    return _selected.get("built", "unquantized")
 
 
 def register(hooks: Any, hook_type: Any) -> None:

@@ -24,4 +24,5 @@ async def metrics(state: Annotated[ServiceState, Depends(get_state)]) -> Respons
         report = await state.engine.plugin_report()
         if report and report.get("registered"):
             m.PLUGIN.labels(scheduler_pid=str(report["pid"]), version=report["version"]).set(1)
+            m.KV_METHOD.labels(method=report.get("kv_cache", "unknown")).set(1)
     return Response(generate_latest(m.REGISTRY), media_type=CONTENT_TYPE_LATEST)
