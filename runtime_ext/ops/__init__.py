@@ -14,7 +14,7 @@ from runtime_ext.ops import kv_npu, kv_ref
 
 OPS: dict[str, dict[str, Callable[..., Any]]] = {
     "kv_quantize_per_token": {"cpu": kv_ref.quantize_per_token, "npu": kv_npu.quantize_per_token},
-    "kv_dequantize_per_token": {"cpu": kv_ref.dequantize_per_token, "npu": kv_npu.dequantize_per_token},
+    "kv_dequantize_per_token": {"cpu": kv_ref.dequantize_per_token, "npu": kv_ref.dequantize_per_token},
     "kv_quantize_static": {"cpu": kv_ref.quantize_static, "npu": kv_npu.quantize_static},
     "kv_dequantize_static": {"cpu": kv_ref.dequantize_static, "npu": kv_npu.dequantize_static},
     "kv_quantize_residual": {"cpu": kv_ref.quantize_residual},

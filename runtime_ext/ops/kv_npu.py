@@ -12,6 +12,9 @@ against an emulation of the documented semantics of the ``torch_npu`` ops it cal
 - ``torch_npu.npu_anti_quant(x, scale, offset=None, dst_dtype=...)``: ``(x + offset) * scale``
   with ``scale`` broadcast along the last dim.
 
+Per-token dequantization needs no NPU op (a broadcast multiply): the dispatch table uses the
+reference for it on every device.
+
 The op module is looked up at call time (``_npu()``), so tests can substitute the
 emulation and the reference path never imports ``torch_npu``.
 """
@@ -41,11 +44,6 @@ def quantize_per_token(
         return reference(x, scale_dtype)
     q, scale = _npu().npu_dynamic_quant(x.to(torch.bfloat16) if x.dtype == torch.float32 else x)
     return q, scale.float()
-
-
-def dequantize_per_token(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    # per-token scales broadcast over the channel dim: a plain multiply (anti_quant's scale is per channel)
-    return (q.float() * scale.float().unsqueeze(-1)).to(dtype)
 
 
 def quantize_static(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:

@@ -18,6 +18,7 @@ from grammars.json_schema import JSON_OBJECT_SCHEMA, CheckedSchema, check_schema
 from grammars.tool_calls import ToolSpec, UnsupportedToolFormatError, tool_call_constraint
 from runtime_ext.formats import CallStyle, ToolFormat
 from service.errors import InvalidRequestError
+from service.pipeline.tools import require_tool_format
 from service.pipeline.types import DecodeConstraint, ToolRequest, ValidatedRequest
 
 SCHEMA_PARAM = "response_format.json_schema.schema"
@@ -31,8 +32,7 @@ def build_constraint(
     answer = _answer(req, loosen)
     if req.tools is None or req.tools.mode == "none":
         return None if answer is None else _json_constraint(*answer)
-    assert fmt is not None, "a tool format is needed for requests with tools"
-    return _tool_constraint(req.tools, fmt, loosen, answer)
+    return _tool_constraint(req.tools, require_tool_format(fmt), loosen, answer)
 
 
 def _answer(req: ValidatedRequest, loosen: bool) -> tuple[CheckedSchema, Any, str] | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from runtime_ext.formats.reasoning import ReasoningFormat
 from runtime_ext.formats import NamedChoice, ToolFormat, render_calls, render_tools_prompt
 from service.errors import InvalidRequestError
+from service.pipeline.tools import require_tool_format
 from service.pipeline.types import ChatTemplate, Message, PromptIds, ToolRequest, ValidatedRequest
 
 
@@ -26,8 +27,7 @@ def build_prompt(
     elif template.renders_tools:
         ids = template.render(req.messages, req.tools.tools, **kw)
     else:
-        assert fmt is not None, "a tool format is needed for requests with tools"
-        ids = template.render(inline_tools(req.messages, req.tools, fmt), **kw)
+        ids = template.render(inline_tools(req.messages, req.tools, require_tool_format(fmt)), **kw)
     if not ids:
         raise InvalidRequestError("the rendered prompt is empty", param="messages")
     return PromptIds(tuple(ids))

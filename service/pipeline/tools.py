@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 
-from service.errors import InvalidRequestError
+from runtime_ext.formats import ToolFormat
+from service.errors import InvalidRequestError, UnsupportedParameterError
 from service.pipeline.types import ToolCallRecord, ToolDef, ToolRequest
-from service.protocol.openai import AllowedToolsChoice, ChatCompletionRequest, ChatMessage, NamedToolChoice
+from service.protocol.openai import ChatCompletionRequest, ChatMessage, NamedToolChoice
 
 
 def validate_tools(req: ChatCompletionRequest) -> ToolRequest | None:
@@ -52,7 +53,6 @@ def _choice(choice, names: list[str]) -> tuple[str, tuple[str, ...]]:
     if isinstance(choice, NamedToolChoice):
         _known(choice.function.name, names, "tool_choice.function.name")
         return "named", (choice.function.name,)
-    assert isinstance(choice, AllowedToolsChoice)
     refs = choice.allowed_tools.tools
     if not refs:
         raise InvalidRequestError(
@@ -65,6 +65,14 @@ def _choice(choice, names: list[str]) -> tuple[str, tuple[str, ...]]:
         if ref.function.name not in allowed:
             allowed.append(ref.function.name)
     return choice.allowed_tools.mode, tuple(allowed)
+
+
+def require_tool_format(fmt: ToolFormat | None) -> ToolFormat:
+    """The served model's tool-call format; a server started without one refuses tools."""
+    if fmt is None:
+        raise UnsupportedParameterError("this server has no tool-call format configured; send no 'tools'",
+                                        param="tools")
+    return fmt
 
 
 def _known(name: str, names: list[str], param: str) -> None:

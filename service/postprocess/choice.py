@@ -60,8 +60,10 @@ class ChoiceOutput:
         self.calls: dict[int, _Call] = {}
 
     def feed_reasoning(self, text: str) -> ChoiceEvent:
-        """Text of the reasoning phase (the block the prompt opened)."""
-        assert self.thinking is not None, "a reasoning format is needed for reasoning text"
+        """Text of the reasoning phase (the block the prompt opened); without a reasoning
+        format there is no block, and the text is answer text."""
+        if self.thinking is None:
+            return self.feed(text)
         event = self.thinking.feed(text)
         return ChoiceEvent(reasoning=event.reasoning) if not event.content else self._both(event)
 

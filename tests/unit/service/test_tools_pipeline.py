@@ -198,3 +198,11 @@ def test_tool_choice_none_leaves_the_text_alone():
     assert out.feed(TEXT).content == TEXT
     _, result = out.finish("stop")
     assert result.content == TEXT and result.tool_calls is None and result.finish_reason == "stop"
+
+
+def test_a_server_without_a_tool_format_refuses_tools():
+    from service.errors import UnsupportedParameterError
+
+    with pytest.raises(UnsupportedParameterError) as err:
+        build_constraint(validated(tools=[fn("a")]), False, None)
+    assert err.value.param == "tools" and err.value.status == 400
