@@ -24,17 +24,38 @@ _registered_pids: set[int] = set()
 def plugin_report() -> dict[str, Any]:
     """What the plugin says about itself in the process that calls this (in the scheduler:
     also the KV-cache method its pool was built with)."""
-    from runtime_ext.kv_cache.sglang_method import built_method
+    from runtime_ext.kv_cache.sglang_method import built_method, method_stats
+    from runtime_ext.quant.sglang_method import stats as quant_stats
 
     return {"version": __version__, "pid": os.getpid(), "registered": os.getpid() in _registered_pids,
-            "kv_cache": built_method()}
+            "kv_cache": built_method(), "kv_cache_stats": method_stats(), "quant": quant_stats()}
 
 
-def _add_report(result: Any, *_args: Any, **_kwargs: Any) -> Any:
+def pool_report(scheduler: Any) -> dict[str, int]:
+    """The KV pool as allocated: tokens and bytes (SGLang's buffers plus our side buffers)."""
+    allocator = scheduler.token_to_kv_pool_allocator
+    pool = allocator.get_kvcache()
+    method = getattr(pool, "quant_method", None)
+    side = method.side_bytes() if hasattr(method, "side_bytes") else 0
+    report = {"tokens": int(scheduler.max_total_num_tokens), "bytes": int(sum(pool.get_kv_size_bytes())) + side}
+    if hasattr(method, "slots_on"):  # leak census: residual slots still held by free pages
+        import torch
+
+        pages, size = allocator.get_all_free_pages(), allocator.page_size
+        locs = (pages.reshape(-1, 1) * size + torch.arange(size, device=pages.device)).flatten()
+        report["residual_slots_on_free_pages"] = method.slots_on(locs)
+    return report
+
+
+def _add_report(result: Any, controller: Any = None, *_args: Any, **_kwargs: Any) -> Any:
     """AFTER hook: append our report to the scheduler's internal state."""
     state = getattr(result, "internal_state", None)
     if isinstance(state, dict):
-        state[INTERNAL_STATE_KEY] = plugin_report()
+        report = plugin_report()
+        scheduler = getattr(controller, "scheduler", None)
+        if scheduler is not None:
+            report["kv_pool"] = pool_report(scheduler)
+        state[INTERNAL_STATE_KEY] = report
     return result
 
 
@@ -44,12 +65,16 @@ def register() -> None:
         return
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
+    from runtime_ext.attention import native
     from runtime_ext.fixes import sampling_seed
     from runtime_ext.kv_cache import sglang_method
     from runtime_ext.parsers.sglang_adapter import register_tool_parsers
+    from runtime_ext.quant import sglang_method as quant_method
 
     HookRegistry.register(_INTERNAL_STATE_TARGET, _add_report, HookType.AFTER)
     sampling_seed.register(HookRegistry, HookType)
     sglang_method.register(HookRegistry, HookType)  # kv_cache_dtype="c8_dynamic"
+    native.register()  # torch_native attention: new queries only, gathered KV rows
+    quant_method.register(HookRegistry, HookType)  # quantization="structserve_w8a8_dynamic" etc.
     register_tool_parsers()  # structserve_<format> names for SGLang's own --tool-call-parser
     _registered_pids.add(os.getpid())

@@ -36,6 +36,7 @@ class EngineOptions:
     sleep_on_idle: bool = True
     disable_overlap_schedule: bool = False
     kv_cache: str = "bf16"
+    quantization: str | None = None  # an SGLang quantization method name (ours: structserve_<scheme>)
 
     def engine_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = dict(
@@ -59,6 +60,8 @@ class EngineOptions:
         )
         if self.context_length is not None:
             kwargs["context_length"] = self.context_length
+        if self.quantization is not None:
+            kwargs["quantization"] = self.quantization
         return kwargs
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -15,6 +14,7 @@ from fastapi import FastAPI
 
 from runtime_ext.formats import select_format
 from runtime_ext.formats.reasoning import select_reasoning_format
+from service import kv
 from service.api.deps import ServiceState
 from service.api.errors import install_error_handlers
 from service.api.routes import chat, health, metrics, models
@@ -24,6 +24,7 @@ from service.metrics import REQUESTS
 from service.pipeline.chat import ChatPipeline, ModelFormats
 from service.pipeline.think import ReasoningSetup
 from service.pipeline.types import ReasoningPolicy, ServingLimits
+from service.quant import quant_setup
 from service.settings import Settings
 from service.tokenizer import HFChatTemplate
 
@@ -31,16 +32,17 @@ log = logging.getLogger(__name__)
 
 
 def engine_options(settings: Settings, model_dir: Path) -> EngineOptions:
-    return EngineOptions(
-        model_path=model_dir, dtype=settings.dtype, kv_cache=settings.kv_cache, **settings.engine.model_dump()
-    )
+    """Checks the KV-cache setup (calibration file, byte budget) on the way."""
+    engine = settings.engine.model_dump(exclude={"kv_cache_bytes"})
+    engine["max_total_tokens"] = kv.pool_tokens(settings, model_dir, kv.check_kv_cache(settings, model_dir))
+    return EngineOptions(model_path=model_dir, dtype=settings.dtype, kv_cache=settings.kv_cache,
+                         quantization=quant_setup(settings, model_dir), **engine)
 
 
 async def _load(state: ServiceState, model_dir: Path, on_failure: Any) -> None:
     try:
         template = await asyncio.to_thread(HFChatTemplate, model_dir)
         formats, policy = _formats(state.settings, template)
-        _check_kv_cache(state.settings, model_dir)
         engine = await asyncio.to_thread(SGLangEngine.start, engine_options(state.settings, model_dir))
         state.engine = engine
         g = state.settings.grammar
@@ -73,21 +75,6 @@ def _formats(settings: Settings, template: HFChatTemplate) -> tuple[ModelFormats
     log.info("tool-call format: %s (template renders tools: %s); reasoning format: %s",
              tools.name, template.renders_tools, fmt.name if fmt else "none")
     return ModelFormats(tools, setup), policy
-
-
-def _check_kv_cache(settings: Settings, model_dir: Path) -> None:
-    """c8_static needs a calibration file made for this model (a startup error otherwise);
-    the scheduler process reads it through the environment."""
-    if settings.kv_cache != "c8_static":
-        return
-    from runtime_ext.kv_cache.calibration import load_calibration, model_kv_shape
-    from runtime_ext.kv_cache.sglang_method import CALIBRATION_ENV
-
-    if settings.kv_calibration is None:
-        raise ValueError("kv_cache c8_static needs kv_calibration (STRUCTSERVE_KV_CALIBRATION): a file from "
-                         "`structserve kv calibrate --model ... --out FILE`")
-    load_calibration(settings.kv_calibration, *model_kv_shape(model_dir))
-    os.environ[CALIBRATION_ENV] = str(settings.kv_calibration.resolve())
 
 
 def create_app(settings: Settings, model_dir: Path, served_model_name: str) -> FastAPI:

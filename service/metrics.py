@@ -21,6 +21,15 @@ KV_METHOD = Gauge(
     ["method"],
     registry=REGISTRY,
 )
+KV_POOL_BYTES = Gauge("structserve_kv_pool_bytes", "KV pool memory as allocated (values, scales, side buffers)",
+                      registry=REGISTRY)
+KV_RESIDUAL = Gauge(
+    "structserve_kv_residual",
+    "C8-S residual side buffer: outlier_rate (share of stored vectors above tau), slots_used, slots, dropped, "
+    "slots_on_free_pages (held by freed pages: a leak, must be 0)",
+    ["stat"],
+    registry=REGISTRY,
+)
 GRAMMAR_COMPILE_SECONDS = Histogram(
     "structserve_grammar_compile_seconds", "Grammar compile time (cache misses)", ["kind"], registry=REGISTRY,
     buckets=(0.001, 0.005, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),

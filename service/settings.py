@@ -25,6 +25,7 @@ class EngineSettings(BaseModel):
 
     device: Literal["cpu", "npu"] = "cpu"
     max_total_tokens: int = Field(32768, ge=256)
+    kv_cache_bytes: int | None = Field(None, ge=1 << 20)
     page_size: int = Field(16, ge=1, le=1024)
     context_length: int | None = Field(None, ge=16)
     max_running_requests: int = Field(64, ge=1)
@@ -54,6 +55,15 @@ class ReasoningSettings(BaseModel):
         "minimal": 64, "low": 256, "medium": 1024, "high": 4096, "xhigh": 8192, "max": None})
 
 
+class QuantSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    group_size: int = 128
+    stage_aware: bool = False
+    ignore: list[str] = []
+    sensitive_layers: Path | None = None
+
+
 class RequestSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -74,8 +84,10 @@ class Settings(BaseSettings):
     cache_dir: Path | None = None
     log_level: str = "info"
     tool_format: str = "auto"
-    kv_cache: Literal["bf16", "c8_dynamic", "c8_static"] = "bf16"
+    kv_cache: Literal["bf16", "c8_dynamic", "c8_static", "c8_static_residual"] = "bf16"
     kv_calibration: Path | None = None
+    quantization: Literal["none", "w8a8_dynamic", "w8a16", "w4a16"] = "none"
+    quant: QuantSettings = QuantSettings()
     engine: EngineSettings = EngineSettings()
     request: RequestSettings = RequestSettings()
     grammar: GrammarSettings = GrammarSettings()

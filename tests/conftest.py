@@ -41,11 +41,21 @@ def smol_server(assets):
     assert code == 0, f"SIGTERM must shut the server down gracefully (exit 0), got {code}"
 
 
+C8_BUDGET = 2 << 20  # KV bytes for c8_server
+
+
 @pytest.fixture(scope="session")
-def c8_server(assets):
-    """structserve on the tiny Qwen3 with the INT8 KV cache (kv_cache: c8_dynamic)."""
-    server = _server(assets.qwen3_tiny, "qwen-c8", STRUCTSERVE_DTYPE="float32", STRUCTSERVE_KV_CACHE="c8_dynamic",
-                     STRUCTSERVE_REASONING__DEFAULT_THINKING="false")
+def c8_server(assets, tmp_path_factory):
+    """structserve on the tiny Qwen3 with the INT8 KV cache with residuals (kv_cache:
+    c8_static_residual, calibrated on the calibration split), the pool sized by a byte budget."""
+    from runtime_ext.kv_cache.calibration import calibrate
+    from service.assets import calibration_text
+
+    calib = tmp_path_factory.mktemp("kv") / "qwen3-tiny.json"
+    calibrate(assets.qwen3_tiny, calibration_text(), tokens=512).save(calib)
+    server = _server(assets.qwen3_tiny, "qwen-c8", STRUCTSERVE_DTYPE="float32",
+                     STRUCTSERVE_KV_CACHE="c8_static_residual", STRUCTSERVE_KV_CALIBRATION=str(calib),
+                     STRUCTSERVE_ENGINE__KV_CACHE_BYTES=str(C8_BUDGET), STRUCTSERVE_REASONING__DEFAULT_THINKING="false")
     yield server
     code = server.stop()
     assert code == 0, f"SIGTERM must shut the server down gracefully (exit 0), got {code}"

@@ -50,15 +50,19 @@ class Calibration:
         tmp.replace(path)
 
 
-def load_calibration(path: Path, layers: int, kv_heads: int, head_dim: int) -> Calibration:
-    """Read ``path`` and check it matches the model's KV shape."""
+def load_raw_calibration(path: Path) -> Calibration:
+    """Read a calibration file (``CalibrationMismatchError`` if it is not one)."""
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise CalibrationMismatchError(f"cannot read KV calibration file {path}: {exc}") from exc
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise CalibrationMismatchError(f"{path} is not a {FORMAT} KV calibration file; run `structserve kv calibrate`")
-    calib = Calibration(**data)
+    return Calibration(**data)
+
+
+def check_shape(calib: Calibration, path: Any, layers: int, kv_heads: int, head_dim: int) -> Calibration:
+    """``calib`` if it was made for this KV shape, else ``CalibrationMismatchError`` naming what differs."""
     for what, have, want in (("layers", calib.layers, layers), ("kv_heads", calib.kv_heads, kv_heads),
                              ("head_dim", calib.head_dim, head_dim)):
         if have != want:
@@ -66,6 +70,11 @@ def load_calibration(path: Path, layers: int, kv_heads: int, head_dim: int) -> C
                 f"KV calibration {path} was made for {what}={have} (model {calib.model!r}) but the served model "
                 f"has {what}={want}; calibrate this model with `structserve kv calibrate --model ...`")
     return calib
+
+
+def load_calibration(path: Path, layers: int, kv_heads: int, head_dim: int) -> Calibration:
+    """Read ``path`` and check it matches the model's KV shape."""
+    return check_shape(load_raw_calibration(path), path, layers, kv_heads, head_dim)
 
 
 def model_kv_shape(model_dir: Path) -> tuple[int, int, int]:

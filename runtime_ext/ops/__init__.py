@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from runtime_ext.ops import kv_npu, kv_ref
+from runtime_ext.ops import kv_npu, kv_ref, quant_npu, quant_ref
 
 OPS: dict[str, dict[str, Callable[..., Any]]] = {
     "kv_quantize_per_token": {"cpu": kv_ref.quantize_per_token, "npu": kv_npu.quantize_per_token},
@@ -19,6 +19,10 @@ OPS: dict[str, dict[str, Callable[..., Any]]] = {
     "kv_dequantize_static": {"cpu": kv_ref.dequantize_static, "npu": kv_npu.dequantize_static},
     "kv_quantize_residual": {"cpu": kv_ref.quantize_residual},
     "kv_dequantize_residual": {"cpu": kv_ref.dequantize_residual},
+    "w8a8_prepare": {"cpu": quant_ref.prepare_w8a8, "npu": quant_npu.prepare_w8a8},
+    "w8a8_matmul": {"cpu": quant_ref.w8a8_matmul, "npu": quant_npu.w8a8_matmul},
+    "weight_only_prepare": {"cpu": quant_ref.prepare_weight_only, "npu": quant_npu.prepare_weight_only},
+    "weight_only_matmul": {"cpu": quant_ref.weight_only_matmul, "npu": quant_npu.weight_only_matmul},
 }
 
 

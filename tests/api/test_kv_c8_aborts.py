@@ -1,13 +1,22 @@
-"""The INT8 KV cache through the whole service: 100 aborted requests (mid-prefill and
-mid-decode, plain and thinking) leave no quantized page behind, and it still serves."""
+"""The INT8 KV cache (C8-S + INT4 residuals) through the whole service: 100 aborted
+requests (mid-prefill and mid-decode, plain and thinking) leave no quantized page and no
+residual slot behind, and it still serves. The pool was sized from a byte budget."""
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.api.test_disconnect import kv_used, wait_for_kv
+from tests.conftest import C8_BUDGET
+
+
+def scrape(server) -> dict:
+    text = httpx.get(f"{server.base_url}/metrics", timeout=30).text
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
 
 
 def abort_one(server, i: int) -> bool:
@@ -33,5 +42,13 @@ def test_100_aborts_leave_no_kv_pages(c8_server):
     ok = httpx.post(f"{c8_server.base_url}/v1/chat/completions", timeout=60, json={
         "model": c8_server.model_name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8})
     assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] >= 1
-    metrics = httpx.get(f"{c8_server.base_url}/metrics", timeout=30).text
-    assert 'structserve_kv_cache_method{method="c8_dynamic"} 1.0' in metrics  # the scheduler's own pool
+    metrics = scrape(c8_server)
+    assert metrics[("structserve_kv_cache_method", (("method", "c8_static_residual"),))] == 1  # the scheduler's pool
+    residual = {stat: metrics[("structserve_kv_residual", (("stat", stat),))]
+                for stat in ("outlier_rate", "slots_used", "slots", "dropped", "slots_on_free_pages")}
+    print(f"\nresidual side buffer after 100 aborts: {residual}")
+    assert residual["slots_used"] > 0, "no outlier ever stored: the residual path was not exercised"
+    assert residual["slots_on_free_pages"] == 0, "residual slots still held by freed pages"
+    # the byte budget: the pool as allocated (plus SGLang's one padding page, 0.1 %) fills it
+    pool_bytes = metrics[("structserve_kv_pool_bytes", ())]
+    assert C8_BUDGET * 0.9 <= pool_bytes <= C8_BUDGET * 1.01, (pool_bytes, C8_BUDGET)

@@ -4,9 +4,11 @@ Used by test_hf_parity: ``Engine.shutdown()`` kills every child of the process t
 created the engine, so the engine must not live in the pytest process (the session's
 server fixtures are its children too).
 
-    python tests/engine/sglang_greedy.py MODEL_DIR N_TOKENS '[[1, 2, 3], [4, 5]]' [KV_CACHE]
+    python tests/engine/sglang_greedy.py MODEL_DIR N_TOKENS '[[1, 2, 3], [4, 5]]' [KV_CACHE [QUANTIZATION [DTYPE]]]
 
-KV_CACHE: bf16 (default) or c8_dynamic. Also prints each output token's logprob.
+KV_CACHE: bf16 (default) or one of the C8 modes. QUANTIZATION: none (default) or a linear
+scheme (w8a8_dynamic, w8a16, w4a16; policy from STRUCTSERVE_QUANT). DTYPE: float32 (default). Also prints each output token's logprob and
+the plugin's report of the KV pool as allocated (tokens, bytes, side-buffer statistics).
 """
 
 from __future__ import annotations
@@ -19,14 +21,16 @@ from pathlib import Path
 def main() -> None:
     model_dir, n_tokens, prompts = Path(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3])
     kv_cache = sys.argv[4] if len(sys.argv) > 4 else "bf16"
+    scheme = sys.argv[5] if len(sys.argv) > 5 else "none"
+    dtype = sys.argv[6] if len(sys.argv) > 6 else "float32"
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from service.engine import EngineOptions, prepare_process_env
 
     prepare_process_env("cpu")
     import sglang
 
-    options = EngineOptions(model_path=model_dir, dtype="float32", max_total_tokens=4096, page_size=1,
-                            kv_cache=kv_cache)
+    options = EngineOptions(model_path=model_dir, dtype=dtype, max_total_tokens=4096, page_size=1,
+                            kv_cache=kv_cache, quantization=None if scheme == "none" else f"structserve_{scheme}")
     engine = sglang.Engine(**options.engine_kwargs())
     try:
         params = {"temperature": 0, "max_new_tokens": n_tokens, "ignore_eos": True}
@@ -34,6 +38,11 @@ def main() -> None:
         print("OUTPUT_IDS " + json.dumps([o["output_ids"] for o in outs]), flush=True)
         logprobs = [[lp[0] for lp in o["meta_info"]["output_token_logprobs"]] for o in outs]
         print("LOGPROBS " + json.dumps(logprobs), flush=True)
+        from runtime_ext.plugin import INTERNAL_STATE_KEY
+
+        report = engine.get_server_info()["internal_states"][0][INTERNAL_STATE_KEY]
+        print("POOL " + json.dumps({**report["kv_pool"], **report["kv_cache_stats"]}), flush=True)
+        print("QUANT " + json.dumps(report["quant"]), flush=True)
     finally:
         engine.shutdown()
 

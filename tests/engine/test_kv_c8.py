@@ -1,5 +1,6 @@
 """C8 INT8 KV inside the real SGLang engine on both models: C8-D (per-token scales) and
-C8-S (static per-channel scales from `structserve kv calibrate` on real text).
+C8-S (static per-channel scales from `structserve kv calibrate` on real text) and C8-S with
+INT4 residuals for outlier vectors.
 
 Greedy agreement with the unquantized cache is reported, not asserted equal. What is
 asserted: the engine serves with each int8 cache, and the logprobs of the common greedy
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 
 N_TOKENS = 24
+POOLS: dict[str, dict] = {}  # the last run's pool report per mode
 PROMPTS = ["The history of the city begins", "def fibonacci(n):", "It is a truth universally acknowledged"]
 
 
@@ -28,8 +30,9 @@ def run(model_dir, prompt_ids, kv_cache, env=None):
         capture_output=True, text=True, timeout=600, env={**os.environ, **(env or {})},
     )
     found = {line.split(" ", 1)[0]: json.loads(line.split(" ", 1)[1])
-             for line in proc.stdout.splitlines() if line.startswith(("OUTPUT_IDS ", "LOGPROBS "))}
-    assert proc.returncode == 0 and len(found) == 2, proc.stderr[-3000:]
+             for line in proc.stdout.splitlines() if line.startswith(("OUTPUT_IDS ", "LOGPROBS ", "POOL "))}
+    assert proc.returncode == 0 and len(found) == 3, proc.stderr[-3000:]
+    POOLS[kv_cache] = found["POOL"]
     return found["OUTPUT_IDS"], found["LOGPROBS"]
 
 
@@ -60,5 +63,14 @@ def test_c8_serves_and_tracks_the_unquantized_cache(assets, model, tmp_path):
     calibrate(model_dir, calibration_text(), tokens=512).save(calib)
     ref = run(model_dir, prompt_ids, "bf16")
     compare(f"{model} c8_dynamic", ref, run(model_dir, prompt_ids, "c8_dynamic"))
-    compare(f"{model} c8_static", ref,
-            run(model_dir, prompt_ids, "c8_static", env={"STRUCTSERVE_KV_CALIBRATION": str(calib)}))
+    for mode in ("c8_static", "c8_static_residual"):
+        compare(f"{model} {mode}", ref, run(model_dir, prompt_ids, mode, env={"STRUCTSERVE_KV_CALIBRATION": str(calib)}))
+    residual = POOLS["c8_static_residual"]
+    print(f"{model} residual: outlier rate {residual['outlier_rate']:.2%}, {residual['slots_used']}/"
+          f"{residual['slots']} slots used, {residual['dropped']} dropped")
+    assert residual["vectors_stored"] > 0 and residual["slots"] > 0
+    if model == "smollm2":  # head_dim 64: what a fixed KV byte budget holds, from the pools as allocated
+        per_token = {mode: pool["bytes"] / pool["tokens"] for mode, pool in POOLS.items()}
+        bf16 = per_token.pop("bf16") / 2  # the unquantized run holds float32 values: 2 bytes each in bf16
+        print({mode: f"{bf16 / size:.2f}x bf16 tokens" for mode, size in per_token.items()})
+        assert len(per_token) == 3 and all(bf16 / size >= 1.9 for size in per_token.values())

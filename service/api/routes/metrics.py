@@ -25,4 +25,15 @@ async def metrics(state: Annotated[ServiceState, Depends(get_state)]) -> Respons
         if report and report.get("registered"):
             m.PLUGIN.labels(scheduler_pid=str(report["pid"]), version=report["version"]).set(1)
             m.KV_METHOD.labels(method=report.get("kv_cache", "unknown")).set(1)
+            _kv_pool(report)
     return Response(generate_latest(m.REGISTRY), media_type=CONTENT_TYPE_LATEST)
+
+
+def _kv_pool(report: dict) -> None:
+    if "kv_pool" in report:
+        m.KV_POOL_BYTES.set(report["kv_pool"]["bytes"])
+        if "residual_slots_on_free_pages" in report["kv_pool"]:  # a leak census: must stay 0
+            m.KV_RESIDUAL.labels(stat="slots_on_free_pages").set(report["kv_pool"]["residual_slots_on_free_pages"])
+    for stat in ("outlier_rate", "slots_used", "slots", "dropped"):
+        if stat in report.get("kv_cache_stats", {}):
+            m.KV_RESIDUAL.labels(stat=stat).set(report["kv_cache_stats"][stat])

@@ -50,7 +50,7 @@ def test_not_a_calibration_file(tmp_path):
 
 def test_the_service_refuses_to_start_c8_static_without_a_matching_file(calibration_file, assets, monkeypatch):
     from runtime_ext.kv_cache.sglang_method import CALIBRATION_ENV
-    from service.main import _check_kv_cache
+    from service.kv import check_kv_cache as _check_kv_cache
     from service.settings import Settings
 
     monkeypatch.setenv(CALIBRATION_ENV, "x")  # records the original value: restored after the test

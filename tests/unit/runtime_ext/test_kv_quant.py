@@ -109,9 +109,9 @@ def test_float16_scales_never_clip_and_keep_the_half_step_bound():
 
 @pytest.mark.parametrize("head_dim, ratio", [(64, 0.516), (128, 0.508)])
 def test_c8_bytes_per_token_against_bf16(head_dim, ratio):
-    from runtime_ext.kv_cache.sglang_method import c8_cell_size
+    from runtime_ext.kv_cache.sizing import cell_bytes
 
     bf16 = 8 * head_dim * 30 * 2 * 2  # heads * dim * layers * (K, V) * 2 bytes
-    c8 = c8_cell_size(8, head_dim, 30)
+    c8 = cell_bytes("c8_dynamic", 30, 8, head_dim)
     assert c8 / bf16 == pytest.approx(ratio, abs=1e-3) and bf16 / c8 >= 1.9
 

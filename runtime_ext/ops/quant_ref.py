@@ -1,0 +1,94 @@
+"""Linear-layer quantization math: the torch reference path (runs on any device).
+
+Weights ``w[N, K]`` (out, in); activations ``x[M, K]``. Symmetric, zero-point 0.
+
+- **Per-channel INT8 weights** (W8A8): ``scale[N] = absmax(w[n, :]) / 127``.
+- **Group-wise weights** (W8A16 / W4A16): groups of ``group`` input channels,
+  ``scale[N, K/group] = absmax / qmax`` with qmax 127 (8 bit) or 7 (4 bit). INT4 values are
+  packed two per byte along K (low nibble first): ``[N, K/2]`` uint8.
+- **Per-token dynamic INT8 activations**: ``scale[M] = absmax(x[m, :]) / 127``.
+- **INT8 matmul**: ``torch._int_mm(xq, wq.T)`` (int32 accumulate), rescaled by
+  ``x_scale[m] * w_scale[n]``.
+
+Non-finite weights are rejected (``ValueError``) at quantization time.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from runtime_ext.ops.kv_ref import INT4_MAX, INT8_MAX, pack_int4, unpack_int4
+
+QMAX = {8: INT8_MAX, 4: INT4_MAX}
+
+
+def _safe(scale: torch.Tensor) -> torch.Tensor:
+    return torch.where(scale > 0, scale, torch.ones_like(scale))
+
+
+def quantize_weight_per_channel(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``w[N, K]`` -> (int8 ``[N, K]``, float32 ``scale[N]``)."""
+    if not bool(torch.isfinite(w).all()):
+        raise ValueError("the weight holds NaN or inf; refusing to quantize it")
+    wf = w.float()
+    scale = wf.abs().amax(dim=1) / INT8_MAX
+    q = torch.round(wf / _safe(scale).unsqueeze(1)).clamp_(-INT8_MAX, INT8_MAX).to(torch.int8)
+    return q, scale
+
+
+def quantize_weight_groupwise(w: torch.Tensor, bits: int, group: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``w[N, K]`` -> (int8 ``[N, K]`` or packed uint8 ``[N, K/2]`` for 4 bit, float32 ``scale[N, K/group]``)."""
+    n, k = w.shape
+    if k % group:
+        raise ValueError(f"in_features {k} is not a multiple of the group size {group}")
+    if not bool(torch.isfinite(w).all()):
+        raise ValueError("the weight holds NaN or inf; refusing to quantize it")
+    grouped = w.float().reshape(n, k // group, group)
+    scale = grouped.abs().amax(dim=2) / QMAX[bits]
+    q = torch.round(grouped / _safe(scale).unsqueeze(2)).clamp_(-QMAX[bits], QMAX[bits]).reshape(n, k).to(torch.int8)
+    return (pack_int4(q) if bits == 4 else q), scale
+
+
+def dequantize_weight_groupwise(q: torch.Tensor, scale: torch.Tensor, bits: int, dtype: torch.dtype) -> torch.Tensor:
+    values = unpack_int4(q) if bits == 4 else q
+    n, k = values.shape
+    groups = scale.shape[1]
+    return (values.float().reshape(n, groups, k // groups) * scale.float().unsqueeze(2)).reshape(n, k).to(dtype)
+
+
+def dequantize_weight_per_channel(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return (q.float() * scale.float().unsqueeze(1)).to(dtype)
+
+
+def quantize_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x[M, K]`` -> (int8 ``[M, K]``, float32 ``scale[M]``)."""
+    xf = x.float()
+    scale = xf.abs().amax(dim=1) / INT8_MAX
+    return torch.round(xf / _safe(scale).unsqueeze(1)).clamp_(-INT8_MAX, INT8_MAX).to(torch.int8), scale
+
+
+def prepare_w8a8(wq: torch.Tensor, w_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """At load: int8 ``[N, K]`` -> the ``[K, N]`` operand ``_int_mm`` takes, and the scales."""
+    return wq.t().contiguous(), w_scale.float()
+
+
+def w8a8_matmul(x: torch.Tensor, wq_t: torch.Tensor, w_scale: torch.Tensor, bias: torch.Tensor | None = None
+                ) -> torch.Tensor:
+    """Dynamic W8A8: ``x[M, K]`` (float) with ``wq_t[K, N]`` int8 and ``w_scale[N]`` -> ``[M, N]`` in x's dtype."""
+    xq, x_scale = quantize_per_token(x)
+    acc = torch._int_mm(xq, wq_t).float()
+    y = acc * x_scale.unsqueeze(1) * w_scale.unsqueeze(0)
+    if bias is not None:
+        y = y + bias.float()
+    return y.to(x.dtype)
+
+
+def prepare_weight_only(q: torch.Tensor, scale: torch.Tensor, bits: int, group: int) -> dict:
+    """At load: what ``weight_only_matmul`` reads (here: the stored tensors as they are)."""
+    return {"q": q, "scale": scale, "bits": bits}
+
+
+def weight_only_matmul(x: torch.Tensor, prepared: dict, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """W8A16 / W4A16: dequantize the weight to x's dtype, then a float matmul."""
+    w = dequantize_weight_groupwise(prepared["q"], prepared["scale"], prepared["bits"], x.dtype)
+    return torch.nn.functional.linear(x, w, bias)

@@ -1,0 +1,149 @@
+"""The quantized linear schemes as SGLang quantization methods (imports sglang and torch).
+
+``register`` adds ``structserve_w8a8_dynamic``, ``structserve_w8a16`` and ``structserve_w4a16``
+to SGLang's ``QUANTIZATION_METHODS`` (and the CLI choices). Online quantization: the loader
+fills an ordinary high-precision weight, ``process_weights_after_loading`` quantizes it through
+the ops dispatch table and frees it. The policy (group size, stage-aware, layers kept in high
+precision) comes from ``STRUCTSERVE_QUANT`` (``policy.QuantPolicy`` JSON, set by the service).
+
+Only linear layers (q/k/v/o, gate/up/down) are quantized; embeddings and lm_head get no method
+(SGLang keeps them unquantized) and norms never ask. A fused module (qkv, gate_up) has one scheme.
+
+Stage-aware W8A8 (``stage_aware: true``): prefill (extend) runs the INT8 matmul; decode reads a
+dequantized copy made once at load. The phase comes from an AROUND hook on
+``ModelRunner._forward_raw`` that records the batch's forward mode.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+from typing import Any
+
+import torch
+from sglang.srt.layers.linear import LinearBase
+from sglang.srt.layers.quantization.base_config import LinearMethodBase, QuantizationConfig
+from sglang.srt.layers.quantization.unquant import UnquantizedLinearMethod
+
+from runtime_ext.ops import get_op
+from runtime_ext.quant.policy import ENV, SCHEMES, QuantPolicy, keeps_high_precision
+
+PREFIX = "structserve_"
+FORWARD_TARGET = "sglang.srt.model_executor.model_runner.ModelRunner._forward_raw"
+_MODE: contextvars.ContextVar[Any] = contextvars.ContextVar("structserve_forward_mode", default=None)
+STATS = {"quantized": 0, "kept": 0, "int8_calls": 0, "copy_calls": 0}
+
+
+def is_decode() -> bool:
+    mode = _MODE.get()
+    return mode is not None and mode.is_decode()
+
+
+def _around_forward(original: Any, self: Any, forward_batch: Any, *args: Any, **kwargs: Any) -> Any:
+    token = _MODE.set(forward_batch.forward_mode)
+    try:
+        return original(self, forward_batch, *args, **kwargs)
+    finally:
+        _MODE.reset(token)
+
+
+class StructserveLinearMethod(LinearMethodBase):
+    def __init__(self, policy: QuantPolicy) -> None:
+        self.policy = policy
+
+    def create_weights(self, layer, input_size_per_partition, output_partition_sizes, input_size, output_size,
+                       params_dtype, **extra_weight_attrs) -> None:
+        UnquantizedLinearMethod().create_weights(layer, input_size_per_partition, output_partition_sizes,
+                                                 input_size, output_size, params_dtype, **extra_weight_attrs)
+
+    def process_weights_after_loading(self, layer) -> None:
+        from runtime_ext.ops import quant_ref
+
+        w = layer.weight.data
+        device, dtype = w.device.type, w.dtype
+        layer.compute_dtype = dtype
+        if self.policy.scheme == "w8a8_dynamic":
+            q, scale = quant_ref.quantize_weight_per_channel(w)
+            layer.wq_t, layer.w_scale = get_op("w8a8_prepare", device)(q, scale)
+            if self.policy.stage_aware:  # decode reads this copy: made once here, never per token
+                layer.decode_weight = quant_ref.dequantize_weight_per_channel(q, scale, dtype)
+        else:
+            q, scale = quant_ref.quantize_weight_groupwise(w, self.policy.bits, self.policy.group_size)
+            layer.prepared = get_op("weight_only_prepare", device)(q, scale, self.policy.bits, self.policy.group_size)
+        del layer.weight  # the high-precision weight is gone: only the quantized tensors stay
+        STATS["quantized"] += 1
+
+    def apply(self, layer, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        shape = x.shape
+        x2 = x.reshape(-1, shape[-1])
+        device = x.device.type
+        if self.policy.scheme != "w8a8_dynamic":
+            y = get_op("weight_only_matmul", device)(x2, layer.prepared, bias)
+        elif getattr(layer, "decode_weight", None) is not None and is_decode():
+            STATS["copy_calls"] += 1
+            y = torch.nn.functional.linear(x2, layer.decode_weight, bias)
+        else:
+            STATS["int8_calls"] += 1
+            y = get_op("w8a8_matmul", device)(x2, layer.wq_t, layer.w_scale, bias)
+        return y.reshape(*shape[:-1], y.shape[-1])
+
+
+def _config_class(scheme: str) -> type:
+    class StructserveQuantConfig(QuantizationConfig):
+        SCHEME = scheme
+
+        def __init__(self) -> None:
+            super().__init__()
+            policy = QuantPolicy.from_json(os.environ[ENV]) if ENV in os.environ else QuantPolicy(scheme)
+            if policy.scheme != scheme:
+                policy = QuantPolicy(scheme, policy.group_size, policy.stage_aware, policy.keep)
+            self.policy = policy
+
+        @classmethod
+        def get_name(cls) -> str:
+            return PREFIX + cls.SCHEME
+
+        def get_supported_act_dtypes(self) -> list:
+            return [torch.bfloat16, torch.float16, torch.float32]
+
+        @classmethod
+        def get_min_capability(cls) -> int:
+            return 0
+
+        @staticmethod
+        def get_config_filenames() -> list[str]:
+            return []  # online quantization of a high-precision checkpoint
+
+        @classmethod
+        def from_config(cls, config: dict) -> "StructserveQuantConfig":
+            return cls()
+
+        def get_quant_method(self, layer: Any, prefix: str) -> Any:
+            if not isinstance(layer, LinearBase):
+                return None  # embeddings, lm_head: unquantized
+            if keeps_high_precision(prefix, self.policy):
+                return UnquantizedLinearMethod()
+            return StructserveLinearMethod(self.policy)
+
+        def get_scaled_act_names(self) -> list[str]:
+            return []
+
+    StructserveQuantConfig.__name__ = f"Structserve_{scheme}_Config"
+    return StructserveQuantConfig
+
+
+def register(hooks: Any, hook_type: Any) -> None:
+    import sglang.srt.layers.quantization as quantization
+    from sglang.srt.arg_groups.choices import QUANTIZATION_CHOICES, add_quantization_method_choices
+
+    for scheme in SCHEMES:
+        cls = _config_class(scheme)
+        quantization.QUANTIZATION_METHODS[cls.get_name()] = cls
+        quantization.CPU_QUANTIZATION_METHODS[cls.get_name()] = cls
+        if cls.get_name() not in QUANTIZATION_CHOICES:
+            add_quantization_method_choices([cls.get_name()])
+    hooks.register(FORWARD_TARGET, _around_forward, hook_type.AROUND)
+
+
+def stats() -> dict:
+    return dict(STATS)
