@@ -4,8 +4,9 @@ Weights ``w[N, K]`` (out, in); activations ``x[M, K]``. Symmetric, zero-point 0.
 
 - **Per-channel INT8 weights** (W8A8): ``scale[N] = absmax(w[n, :]) / 127``.
 - **Group-wise weights** (W8A16 / W4A16): groups of ``group`` input channels,
-  ``scale[N, K/group] = absmax / qmax`` with qmax 127 (8 bit) or 7 (4 bit). INT4 values are
-  packed two per byte along K (low nibble first): ``[N, K/2]`` uint8.
+  ``scale[N, ceil(K/group)] = absmax / qmax`` with qmax 127 (8 bit) or 7 (4 bit); when K is
+  not a multiple of the group the last group is shorter (SmolLM2: K = 576 = 4.5 × 128).
+  INT4 values are packed two per byte along K (low nibble first): ``[N, K/2]`` uint8.
 - **Per-token dynamic INT8 activations**: ``scale[M] = absmax(x[m, :]) / 127``.
 - **INT8 matmul**: ``torch._int_mm(xq, wq.T)`` (int32 accumulate), rescaled by
   ``x_scale[m] * w_scale[n]``.
@@ -37,23 +38,25 @@ def quantize_weight_per_channel(w: torch.Tensor) -> tuple[torch.Tensor, torch.Te
 
 
 def quantize_weight_groupwise(w: torch.Tensor, bits: int, group: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``w[N, K]`` -> (int8 ``[N, K]`` or packed uint8 ``[N, K/2]`` for 4 bit, float32 ``scale[N, K/group]``)."""
+    """``w[N, K]`` -> (int8 ``[N, K]`` or packed uint8 ``[N, K/2]`` for 4 bit, float32 ``scale[N, ceil(K/group)]``)."""
     n, k = w.shape
-    if k % group:
-        raise ValueError(f"in_features {k} is not a multiple of the group size {group}")
+    if bits == 4 and k % 2:
+        raise ValueError(f"INT4 packing needs an even in_features, got {k}")
     if not bool(torch.isfinite(w).all()):
         raise ValueError("the weight holds NaN or inf; refusing to quantize it")
-    grouped = w.float().reshape(n, k // group, group)
+    groups = -(-k // group)
+    grouped = torch.nn.functional.pad(w.float(), (0, groups * group - k)).reshape(n, groups, group)
     scale = grouped.abs().amax(dim=2) / QMAX[bits]
-    q = torch.round(grouped / _safe(scale).unsqueeze(2)).clamp_(-QMAX[bits], QMAX[bits]).reshape(n, k).to(torch.int8)
+    q = torch.round(grouped / _safe(scale).unsqueeze(2)).clamp_(-QMAX[bits], QMAX[bits])
+    q = q.reshape(n, groups * group)[:, :k].to(torch.int8)
     return (pack_int4(q) if bits == 4 else q), scale
 
 
-def dequantize_weight_groupwise(q: torch.Tensor, scale: torch.Tensor, bits: int, dtype: torch.dtype) -> torch.Tensor:
+def dequantize_weight_groupwise(q: torch.Tensor, scale: torch.Tensor, bits: int, group: int,
+                                dtype: torch.dtype) -> torch.Tensor:
     values = unpack_int4(q) if bits == 4 else q
-    n, k = values.shape
-    groups = scale.shape[1]
-    return (values.float().reshape(n, groups, k // groups) * scale.float().unsqueeze(2)).reshape(n, k).to(dtype)
+    k = values.shape[1]
+    return (values.float() * scale.float().repeat_interleave(group, dim=1)[:, :k]).to(dtype)
 
 
 def dequantize_weight_per_channel(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -85,10 +88,10 @@ def w8a8_matmul(x: torch.Tensor, wq_t: torch.Tensor, w_scale: torch.Tensor, bias
 
 def prepare_weight_only(q: torch.Tensor, scale: torch.Tensor, bits: int, group: int) -> dict:
     """At load: what ``weight_only_matmul`` reads (here: the stored tensors as they are)."""
-    return {"q": q, "scale": scale, "bits": bits}
+    return {"q": q, "scale": scale, "bits": bits, "group": group}
 
 
 def weight_only_matmul(x: torch.Tensor, prepared: dict, bias: torch.Tensor | None = None) -> torch.Tensor:
     """W8A16 / W4A16: dequantize the weight to x's dtype, then a float matmul."""
-    w = dequantize_weight_groupwise(prepared["q"], prepared["scale"], prepared["bits"], x.dtype)
+    w = dequantize_weight_groupwise(prepared["q"], prepared["scale"], prepared["bits"], prepared["group"], x.dtype)
     return torch.nn.functional.linear(x, w, bias)

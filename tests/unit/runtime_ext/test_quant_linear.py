@@ -12,7 +12,7 @@ from runtime_ext.quant import policy as qp
 from runtime_ext.quant import sensitivity
 from tests.unit.runtime_ext import npu_emulation
 
-SHAPES = [(1, 64, 32), (7, 128, 48), (5, 256, 33)]  # (tokens M, in K, out N): odd M and N
+SHAPES = [(1, 64, 32), (7, 128, 48), (5, 256, 33), (3, 80, 17)]  # (tokens M, in K, out N): odd M, N; K=80: a short last group
 
 
 def data(m, k, n, seed=0):
@@ -44,23 +44,23 @@ def test_w8a8_dynamic_matches_float64_within_int8_error(m, k, n):
     assert torch.allclose(y.double(), exact, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("bits,bound", [(8, 0.02), (4, 0.2)])  # groups of 32 confine the outlier
+@pytest.mark.parametrize("bits,bound", [(8, 0.03), (4, 0.2)])  # groups of 32 confine the outlier
 @pytest.mark.parametrize("m,k,n", SHAPES)
 def test_weight_only_group_wise_matches_float64(bits, bound, m, k, n):
     x, w = data(m, k, n)
     q, scale = ref.quantize_weight_groupwise(w, bits, 32)
-    assert scale.shape == (n, k // 32)
+    assert scale.shape == (n, -(-k // 32))
     assert q.shape == ((n, k // 2) if bits == 4 else (n, k))  # INT4 packed two per byte
-    deq = ref.dequantize_weight_groupwise(q, scale, bits, torch.float64)
-    step = scale.double().repeat_interleave(32, dim=1)
+    deq = ref.dequantize_weight_groupwise(q, scale, bits, 32, torch.float64)
+    step = scale.double().repeat_interleave(32, dim=1)[:, :k]
     assert bool(((deq - w).abs() <= step / 2 + 1e-9).all())
     y = ref.weight_only_matmul(x.float(), ref.prepare_weight_only(q, scale, bits, 32))
     assert rel(y, x @ w.T) < bound
 
 
 def test_bad_weights_and_group_sizes_are_rejected():
-    with pytest.raises(ValueError, match="multiple of the group size"):
-        ref.quantize_weight_groupwise(torch.ones(4, 96), 4, 64)
+    with pytest.raises(ValueError, match="even in_features"):
+        ref.quantize_weight_groupwise(torch.ones(4, 97), 4, 64)
     with pytest.raises(ValueError, match="NaN or inf"):
         ref.quantize_weight_per_channel(torch.tensor([[1.0, float("inf")]]))
     zeros, scale = ref.quantize_weight_per_channel(torch.zeros(3, 8))
