@@ -1,4 +1,4 @@
-"""The ``structserve`` command line: serve, assets, grammar check, kv calibrate."""
+"""The ``structserve`` command line: serve, assets, grammar check, kv calibrate, quant calibrate/scan."""
 
 from __future__ import annotations
 
@@ -30,6 +30,15 @@ def _mount_kv() -> None:
 
 
 _mount_kv()
+
+
+def _mount_quant() -> None:
+    from runtime_ext.quant.cli import quant_app
+
+    app.add_typer(quant_app, name="quant", help="Quantized linear layers: SmoothQuant calibration, sensitivity scan.")
+
+
+_mount_quant()
 
 DEFAULT_MODEL_ASSET = "smollm2"
 

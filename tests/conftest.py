@@ -42,12 +42,14 @@ def smol_server(assets):
 
 
 C8_BUDGET = 2 << 20  # KV bytes for c8_server
+C8_KEPT_LAYER = "model.layers.1.mlp.down_proj"  # c8_server keeps this linear layer in high precision
 
 
 @pytest.fixture(scope="session")
 def c8_server(assets, tmp_path_factory):
-    """structserve on the tiny Qwen3 with the INT8 KV cache with residuals (kv_cache:
-    c8_static_residual, calibrated on the calibration split), the pool sized by a byte budget."""
+    """structserve on the tiny Qwen3 compressed both ways: W8A8 linear layers (one kept in high
+    precision) and the INT8 KV cache with residuals (kv_cache: c8_static_residual, calibrated
+    on the calibration split), the pool sized by a byte budget."""
     from runtime_ext.kv_cache.calibration import calibrate
     from service.assets import calibration_text
 
@@ -55,7 +57,8 @@ def c8_server(assets, tmp_path_factory):
     calibrate(assets.qwen3_tiny, calibration_text(), tokens=512).save(calib)
     server = _server(assets.qwen3_tiny, "qwen-c8", STRUCTSERVE_DTYPE="float32",
                      STRUCTSERVE_KV_CACHE="c8_static_residual", STRUCTSERVE_KV_CALIBRATION=str(calib),
-                     STRUCTSERVE_ENGINE__KV_CACHE_BYTES=str(C8_BUDGET), STRUCTSERVE_REASONING__DEFAULT_THINKING="false")
+                     STRUCTSERVE_ENGINE__KV_CACHE_BYTES=str(C8_BUDGET), STRUCTSERVE_REASONING__DEFAULT_THINKING="false",
+                     STRUCTSERVE_QUANTIZATION="w8a8_dynamic", STRUCTSERVE_QUANT__IGNORE=f'["{C8_KEPT_LAYER}"]')
     yield server
     code = server.stop()
     assert code == 0, f"SIGTERM must shut the server down gracefully (exit 0), got {code}"

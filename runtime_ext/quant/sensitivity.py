@@ -62,3 +62,13 @@ def write(path: Path, model: str, scheme: str, scores: dict, layers: list[str], 
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"format": FORMAT, "model": model, "scheme": scheme, "layers": layers,
                                 "thresholds": thresholds, "scores": scores}, indent=1))
+
+
+def markdown(scores: dict[str, dict[str, float]], layers: list[str]) -> str:
+    """A table of every layer's scores, the kept ones marked, highest KL first."""
+    rows = ["| layer | KL | dispersion R | energy σ₁/Σσ | kept |", "|---|---:|---:|---:|:---:|"]
+    for name in sorted(scores, key=lambda n: scores[n]["kl"], reverse=True):
+        s = scores[name]
+        rows.append(f"| {name} | {s['kl']:.2e} | {s['dispersion']:.1f} | {s['energy']:.4f} | "
+                    f"{'yes' if name in layers else ''} |")
+    return "\n".join(rows) + "\n"

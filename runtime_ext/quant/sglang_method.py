@@ -31,7 +31,13 @@ from runtime_ext.quant.policy import ENV, SCHEMES, QuantPolicy, keeps_high_preci
 PREFIX = "structserve_"
 FORWARD_TARGET = "sglang.srt.model_executor.model_runner.ModelRunner._forward_raw"
 _MODE: contextvars.ContextVar[Any] = contextvars.ContextVar("structserve_forward_mode", default=None)
-STATS = {"quantized": 0, "kept": 0, "int8_calls": 0, "copy_calls": 0}
+# modules quantized / kept, matmuls by path, and linear-weight bytes as stored vs in the model dtype
+STATS = {"quantized": 0, "kept": 0, "int8_calls": 0, "copy_calls": 0, "weight_bytes": 0, "weight_bytes_unquantized": 0}
+
+
+def _count_bytes(stored: int, unquantized: int) -> None:
+    STATS["weight_bytes"] += stored
+    STATS["weight_bytes_unquantized"] += unquantized
 
 
 def is_decode() -> bool:
@@ -47,6 +53,16 @@ def _around_forward(original: Any, self: Any, forward_batch: Any, *args: Any, **
         _MODE.reset(token)
 
 
+class KeptLinearMethod(UnquantizedLinearMethod):
+    """A linear layer the policy keeps in high precision (counted in the report)."""
+
+    def process_weights_after_loading(self, layer) -> None:
+        super().process_weights_after_loading(layer)
+        STATS["kept"] += 1
+        size = layer.weight.numel() * layer.weight.element_size()
+        _count_bytes(size, size)
+
+
 class StructserveLinearMethod(LinearMethodBase):
     def __init__(self, policy: QuantPolicy) -> None:
         self.policy = policy
@@ -57,10 +73,18 @@ class StructserveLinearMethod(LinearMethodBase):
                                                  input_size, output_size, params_dtype, **extra_weight_attrs)
 
     def process_weights_after_loading(self, layer) -> None:
+        try:
+            self._quantize(layer)
+        except ValueError as exc:
+            raise ValueError(f"cannot quantize layer {getattr(layer, 'prefix', '?')} with "
+                             f"{self.policy.scheme}: {exc}") from exc
+
+    def _quantize(self, layer) -> None:
         from runtime_ext.ops import quant_ref
 
         w = layer.weight.data
         device, dtype = w.device.type, w.dtype
+        before = w.numel() * w.element_size()
         layer.compute_dtype = dtype
         if self.policy.scheme == "w8a8_dynamic":
             q, scale = quant_ref.quantize_weight_per_channel(w)
@@ -72,6 +96,7 @@ class StructserveLinearMethod(LinearMethodBase):
             layer.prepared = get_op("weight_only_prepare", device)(q, scale, self.policy.bits, self.policy.group_size)
         del layer.weight  # the high-precision weight is gone: only the quantized tensors stay
         STATS["quantized"] += 1
+        _count_bytes(_stored_bytes(layer), before)
 
     def apply(self, layer, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         shape = x.shape
@@ -86,6 +111,12 @@ class StructserveLinearMethod(LinearMethodBase):
             STATS["int8_calls"] += 1
             y = get_op("w8a8_matmul", device)(x2, layer.wq_t, layer.w_scale, bias)
         return y.reshape(*shape[:-1], y.shape[-1])
+
+
+def _stored_bytes(layer) -> int:
+    tensors = [getattr(layer, name, None) for name in ("wq_t", "w_scale", "decode_weight")]
+    tensors += [t for t in getattr(layer, "prepared", {}).values() if isinstance(t, torch.Tensor)]
+    return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
 
 
 def _config_class(scheme: str) -> type:
@@ -122,7 +153,7 @@ def _config_class(scheme: str) -> type:
             if not isinstance(layer, LinearBase):
                 return None  # embeddings, lm_head: unquantized
             if keeps_high_precision(prefix, self.policy):
-                return UnquantizedLinearMethod()
+                return KeptLinearMethod()
             return StructserveLinearMethod(self.policy)
 
         def get_scaled_act_names(self) -> list[str]:

@@ -49,6 +49,9 @@ def test_100_aborts_leave_no_kv_pages(c8_server):
     print(f"\nresidual side buffer after 100 aborts: {residual}")
     assert residual["slots_used"] > 0, "no outlier ever stored: the residual path was not exercised"
     assert residual["slots_on_free_pages"] == 0, "residual slots still held by freed pages"
+    # the weights: every linear module W8A8 but the one kept in high precision (2 layers x 4 modules)
+    assert metrics[("structserve_quantized_linear_layers", (("state", "quantized"),))] == 7
+    assert metrics[("structserve_quantized_linear_layers", (("state", "kept"),))] == 1
     # the byte budget: the pool as allocated (plus SGLang's one padding page, 0.1 %) fills it
     pool_bytes = metrics[("structserve_kv_pool_bytes", ())]
     assert C8_BUDGET * 0.9 <= pool_bytes <= C8_BUDGET * 1.01, (pool_bytes, C8_BUDGET)

@@ -26,6 +26,8 @@ async def metrics(state: Annotated[ServiceState, Depends(get_state)]) -> Respons
             m.PLUGIN.labels(scheduler_pid=str(report["pid"]), version=report["version"]).set(1)
             m.KV_METHOD.labels(method=report.get("kv_cache", "unknown")).set(1)
             _kv_pool(report)
+            for state in ("quantized", "kept"):
+                m.QUANT_LAYERS.labels(state=state).set(report.get("quant", {}).get(state, 0))
     return Response(generate_latest(m.REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
 

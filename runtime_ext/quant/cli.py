@@ -1,0 +1,88 @@
+"""``structserve quant calibrate | scan``: SmoothQuant with an α search, and the sensitive-layer scan."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+quant_app = typer.Typer(help="Quantized linear layers: SmoothQuant calibration, sensitivity scan.",
+                        no_args_is_help=True)
+ModelOpt = Annotated[Optional[Path], typer.Option("--model", help="model dir (default: SmolLM2 from the cache)")]
+TextOpt = Annotated[Optional[Path], typer.Option("--text", help="UTF-8 text file (default: the Austen calibration split)")]
+
+
+def _inputs(model: Optional[Path], text: Optional[Path]) -> tuple[Path, str]:
+    from service.assets import calibration_text, fetch
+
+    model_dir = model or fetch(["smollm2"]).smollm2
+    return model_dir, text.read_text(encoding="utf-8") if text else (fetch(["austen"]) and calibration_text())
+
+
+@quant_app.command("calibrate")
+def calibrate_cmd(
+    out: Annotated[Path, typer.Option("--out", help="directory for the smoothed checkpoint")],
+    model: ModelOpt = None, text: TextOpt = None,
+    tokens: Annotated[int, typer.Option(help="calibration tokens")] = 1024,
+) -> None:
+    """SmoothQuant: α grid search on W8A8 calibration perplexity; writes the smoothed checkpoint."""
+    from rich.console import Console
+    from rich.table import Table
+    from tqdm import tqdm
+
+    from runtime_ext.quant.smooth import calibrate
+
+    model_dir, source = _inputs(model, text)
+    result = calibrate(model_dir, source, out, tokens=tokens, progress=lambda it: tqdm(it, desc="α search"))
+    table = Table(title=f"SmoothQuant on {model_dir.name}: W8A8 calibration perplexity ({tokens} tokens) -> {out}")
+    table.add_column("α", justify="right")
+    table.add_column("perplexity", justify="right")
+    for alpha, ppl in result["calibration_ppl"].items():
+        mark = "  ← chosen" if alpha == result["alpha"] else ""
+        table.add_row(str(alpha), f"{ppl:.3f}{mark}")
+    Console().print(table)
+
+
+@quant_app.command("scan")
+def scan_cmd(
+    out: Annotated[Path, typer.Option("--out", help="sensitive_layers.json to write (.md and .png beside it)")],
+    model: ModelOpt = None, text: TextOpt = None,
+    scheme: Annotated[str, typer.Option(help="w8a8_dynamic | w8a16 | w4a16")] = "w8a8_dynamic",
+    tokens: Annotated[int, typer.Option(help="calibration tokens for the KL")] = 512,
+    kl_top: Annotated[float, typer.Option(help="also keep this share of layers with the highest KL")] = 0.05,
+) -> None:
+    """Per linear layer: dispersion R, KL with only that layer quantized, energy σ₁/Σσ; writes the fallback list."""
+    from tqdm import tqdm
+
+    from runtime_ext.quant import sensitivity
+    from runtime_ext.quant.offline import scan
+    from runtime_ext.quant.policy import QuantPolicy
+
+    model_dir, source = _inputs(model, text)
+    scores = scan(model_dir, source, QuantPolicy(scheme), tokens=tokens, progress=lambda it: tqdm(it, desc="layers"))
+    thresholds = {**sensitivity.THRESHOLDS, "kl_top": kl_top}
+    layers = sensitivity.select(scores, **thresholds)
+    sensitivity.write(out, model_dir.name, scheme, scores, layers, thresholds)
+    out.with_suffix(".md").write_text(sensitivity.markdown(scores, layers))
+    _plot(scores, layers, out.with_suffix(".png"), f"{model_dir.name} {scheme}: KL per linear layer")
+    typer.echo(f"{len(layers)} of {len(scores)} layers kept in high precision -> {out}")
+
+
+def _plot(scores: dict, layers: list[str], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(scores)
+    fig, ax = plt.subplots(figsize=(max(8, len(names) * 0.06), 4))
+    ax.bar(range(len(names)), [scores[n]["kl"] for n in names],
+           color=["tab:red" if n in layers else "tab:blue" for n in names])
+    ax.set_yscale("log")
+    ax.set_xlabel("linear layer (checkpoint order); red = kept in high precision")
+    ax.set_ylabel("KL (only this layer quantized)")
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

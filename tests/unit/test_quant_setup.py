@@ -1,0 +1,45 @@
+"""Startup checks of the quantization settings against the real SmolLM2 checkpoint: the
+policy handed to the scheduler, and clear errors naming what to change."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from runtime_ext.quant.policy import ENV, QuantPolicy, QuantPolicyError
+from runtime_ext.quant.sensitivity import SensitiveLayersError, write
+from service.quant import quant_setup
+from service.settings import Settings
+
+
+@pytest.fixture(autouse=True)
+def _restore_env(monkeypatch):
+    monkeypatch.setenv(ENV, "x")  # records the original value: restored after the test
+    monkeypatch.delenv(ENV)
+
+
+def test_none_passes_nothing(assets):
+    assert quant_setup(Settings(), assets.smollm2) is None and ENV not in os.environ
+
+
+def test_the_policy_reaches_the_scheduler_env(assets, tmp_path):
+    scan = tmp_path / "s.json"
+    write(scan, "smollm2", "w8a8_dynamic", {}, ["model.layers.3.mlp.up_proj"], {})
+    settings = Settings(quantization="w8a8_dynamic", quant={"stage_aware": True, "sensitive_layers": scan,
+                                                            "ignore": ["model.layers.0.self_attn.q_proj"]})
+    assert quant_setup(settings, assets.smollm2) == "structserve_w8a8_dynamic"
+    assert QuantPolicy.from_json(os.environ[ENV]) == QuantPolicy(
+        "w8a8_dynamic", 128, True, ("model.layers.0.self_attn.q_proj", "model.layers.3.mlp.up_proj"))
+
+
+def test_bad_settings_fail_at_startup_naming_the_problem(assets, tmp_path):
+    with pytest.raises(QuantPolicyError, match="model.layers.99.mlp.up_proj"):
+        quant_setup(Settings(quantization="w4a16", quant={"ignore": ["model.layers.99.mlp.up_proj"]}), assets.smollm2)
+    with pytest.raises(QuantPolicyError, match="group size 100"):
+        quant_setup(Settings(quantization="w4a16", quant={"group_size": 100}), assets.smollm2)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"layers": ["x"]}))
+    with pytest.raises(SensitiveLayersError, match="quant scan"):
+        quant_setup(Settings(quantization="w8a16", quant={"sensitive_layers": bad}), assets.smollm2)
