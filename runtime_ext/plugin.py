@@ -69,6 +69,7 @@ def register() -> None:
     from runtime_ext.fixes import sampling_seed
     from runtime_ext.kv_cache import sglang_method
     from runtime_ext.parsers.sglang_adapter import register_tool_parsers
+    from runtime_ext.quant import checkpoint_method
     from runtime_ext.quant import sglang_method as quant_method
 
     HookRegistry.register(_INTERNAL_STATE_TARGET, _add_report, HookType.AFTER)
@@ -76,5 +77,6 @@ def register() -> None:
     sglang_method.register(HookRegistry, HookType)  # kv_cache_dtype="c8_dynamic"
     native.register()  # torch_native attention: new queries only, gathered KV rows
     quant_method.register(HookRegistry, HookType)  # quantization="structserve_w8a8_dynamic" etc.
+    checkpoint_method.register()  # msModelSlim-layout checkpoints (quant_model_description.json)
     register_tool_parsers()  # structserve_<format> names for SGLang's own --tool-call-parser
     _registered_pids.add(os.getpid())

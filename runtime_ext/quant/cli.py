@@ -1,4 +1,5 @@
-"""``structserve quant calibrate | scan``: SmoothQuant with an α search, and the sensitive-layer scan."""
+"""``structserve quant calibrate | scan | export``: SmoothQuant with an α search, the sensitive-layer
+scan, and quantized checkpoints in the msModelSlim layout."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-quant_app = typer.Typer(help="Quantized linear layers: SmoothQuant calibration, sensitivity scan.",
+quant_app = typer.Typer(help="Quantized linear layers: SmoothQuant calibration, sensitivity scan, export.",
                         no_args_is_help=True)
 ModelOpt = Annotated[Optional[Path], typer.Option("--model", help="model dir (default: SmolLM2 from the cache)")]
 TextOpt = Annotated[Optional[Path], typer.Option("--text", help="UTF-8 text file (default: the Austen calibration split)")]
@@ -67,6 +68,30 @@ def scan_cmd(
     out.with_suffix(".md").write_text(sensitivity.markdown(scores, layers))
     _plot(scores, layers, out.with_suffix(".png"), f"{model_dir.name} {scheme}: KL per linear layer")
     typer.echo(f"{len(layers)} of {len(scores)} layers kept in high precision -> {out}")
+
+
+@quant_app.command("export")
+def export_cmd(
+    out: Annotated[Path, typer.Option("--out", help="directory for the quantized checkpoint")],
+    scheme: Annotated[str, typer.Option(help="w8a8_dynamic | w8a16 | w4a16")],
+    model: ModelOpt = None,
+    group_size: Annotated[int, typer.Option(help="W8A16/W4A16 group size")] = 128,
+    sensitive_layers: Annotated[Optional[Path], typer.Option(help="keep these layers (a scan's JSON) in bf16")] = None,
+) -> None:
+    """Write a quantized checkpoint in the msModelSlim layout (quant_model_description.json + int8 weights)."""
+    from tqdm import tqdm
+
+    from runtime_ext.quant.export import export
+    from runtime_ext.quant.policy import QuantPolicy
+    from runtime_ext.quant.sensitivity import load_sensitive_layers
+    from service.assets import fetch
+
+    model_dir = model or fetch(["smollm2"]).smollm2
+    keep = tuple(load_sensitive_layers(sensitive_layers)) if sensitive_layers else ()
+    result = export(model_dir, out, QuantPolicy(scheme, group_size, keep=keep),
+                    progress=lambda it: tqdm(it, desc="quantizing", unit="layer"))
+    typer.echo(f"{result['quantized']} linear layers {scheme}, {result['kept']} kept; "
+               f"{result['bytes'] / 2**20:.1f} MiB of tensors -> {out}")
 
 
 def _plot(scores: dict, layers: list[str], path: Path, title: str) -> None:

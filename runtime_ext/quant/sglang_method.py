@@ -64,8 +64,8 @@ class KeptLinearMethod(UnquantizedLinearMethod):
 
 
 class StructserveLinearMethod(LinearMethodBase):
-    def __init__(self, policy: QuantPolicy) -> None:
-        self.policy = policy
+    def __init__(self, policy: QuantPolicy, prefix: str = "?") -> None:
+        self.policy, self.prefix = policy, prefix
 
     def create_weights(self, layer, input_size_per_partition, output_partition_sizes, input_size, output_size,
                        params_dtype, **extra_weight_attrs) -> None:
@@ -76,7 +76,7 @@ class StructserveLinearMethod(LinearMethodBase):
         try:
             self._quantize(layer)
         except ValueError as exc:
-            raise ValueError(f"cannot quantize layer {getattr(layer, 'prefix', '?')} with "
+            raise ValueError(f"cannot quantize layer {self.prefix} with "
                              f"{self.policy.scheme}: {exc}") from exc
 
     def _quantize(self, layer) -> None:
@@ -119,8 +119,33 @@ def _stored_bytes(layer) -> int:
     return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
 
 
+class ConfigBase(QuantizationConfig):
+    """What our quantization configs share: any float activation dtype, no GPU capability."""
+
+    def get_supported_act_dtypes(self) -> list:
+        return [torch.bfloat16, torch.float16, torch.float32]
+
+    @classmethod
+    def get_min_capability(cls) -> int:
+        return 0
+
+    def get_scaled_act_names(self) -> list[str]:
+        return []
+
+
+def add_method(cls: type) -> None:
+    """Register a config class under its name with SGLang (registry and CLI choices)."""
+    import sglang.srt.layers.quantization as quantization
+    from sglang.srt.arg_groups.choices import QUANTIZATION_CHOICES, add_quantization_method_choices
+
+    quantization.QUANTIZATION_METHODS[cls.get_name()] = cls
+    quantization.CPU_QUANTIZATION_METHODS[cls.get_name()] = cls
+    if cls.get_name() not in QUANTIZATION_CHOICES:
+        add_quantization_method_choices([cls.get_name()])
+
+
 def _config_class(scheme: str) -> type:
-    class StructserveQuantConfig(QuantizationConfig):
+    class StructserveQuantConfig(ConfigBase):
         SCHEME = scheme
 
         def __init__(self) -> None:
@@ -133,13 +158,6 @@ def _config_class(scheme: str) -> type:
         @classmethod
         def get_name(cls) -> str:
             return PREFIX + cls.SCHEME
-
-        def get_supported_act_dtypes(self) -> list:
-            return [torch.bfloat16, torch.float16, torch.float32]
-
-        @classmethod
-        def get_min_capability(cls) -> int:
-            return 0
 
         @staticmethod
         def get_config_filenames() -> list[str]:
@@ -154,25 +172,15 @@ def _config_class(scheme: str) -> type:
                 return None  # embeddings, lm_head: unquantized
             if keeps_high_precision(prefix, self.policy):
                 return KeptLinearMethod()
-            return StructserveLinearMethod(self.policy)
-
-        def get_scaled_act_names(self) -> list[str]:
-            return []
+            return StructserveLinearMethod(self.policy, prefix)
 
     StructserveQuantConfig.__name__ = f"Structserve_{scheme}_Config"
     return StructserveQuantConfig
 
 
 def register(hooks: Any, hook_type: Any) -> None:
-    import sglang.srt.layers.quantization as quantization
-    from sglang.srt.arg_groups.choices import QUANTIZATION_CHOICES, add_quantization_method_choices
-
     for scheme in SCHEMES:
-        cls = _config_class(scheme)
-        quantization.QUANTIZATION_METHODS[cls.get_name()] = cls
-        quantization.CPU_QUANTIZATION_METHODS[cls.get_name()] = cls
-        if cls.get_name() not in QUANTIZATION_CHOICES:
-            add_quantization_method_choices([cls.get_name()])
+        add_method(_config_class(scheme))
     hooks.register(FORWARD_TARGET, _around_forward, hook_type.AROUND)
 
 

@@ -1,7 +1,11 @@
 """Quantized linear layers inside the real SGLang engine on SmolLM2 (bf16): W8A8 dynamic,
 W8A16, W4A16 (g128, ragged last group at K=576), W8A8 with a layer kept in bf16, and
 stage-aware W8A8. Each must still answer the capital of France, and the scheduler's own
-counters show what ran (quantized/kept modules, INT8 vs dequantized-copy matmuls)."""
+counters show what ran (quantized/kept modules, INT8 vs dequantized-copy matmuls).
+
+Then `structserve quant export` writes W8A8 and W4A16 checkpoints in the msModelSlim layout;
+served (structserve_modelslim), they give exactly the tokens and logprobs of online
+quantization of the same weights."""
 
 from __future__ import annotations
 
@@ -24,16 +28,20 @@ CASES = {  # name: (scheme, policy overrides)
 }
 
 
+ONLINE: dict[str, tuple] = {}  # case -> (ids, logprobs) of the online runs
+
+
 def generate(model_dir: Path, ids: list[int], scheme: str, policy: dict) -> tuple[list[int], dict]:
     script = Path(__file__).with_name("sglang_greedy.py")
-    env = {**os.environ, "STRUCTSERVE_QUANT": json.dumps({"scheme": scheme, "group_size": 128, "stage_aware": False,
-                                                          "keep": [], **policy})}
+    policy = {"scheme": scheme if scheme != "modelslim" else "w8a8_dynamic", "group_size": 128,
+              "stage_aware": False, "keep": [], **policy}  # (a modelslim checkpoint describes itself)
+    env = {**os.environ, "STRUCTSERVE_QUANT": json.dumps(policy)}
     proc = subprocess.run([sys.executable, str(script), str(model_dir), str(N_TOKENS), json.dumps([ids]), "bf16",
                            scheme, "bfloat16"], capture_output=True, text=True, timeout=600, env=env)
     found = {line.split(" ", 1)[0]: json.loads(line.split(" ", 1)[1])
-             for line in proc.stdout.splitlines() if line.startswith(("OUTPUT_IDS ", "QUANT "))}
-    assert proc.returncode == 0 and len(found) == 2, proc.stderr[-3000:]
-    return found["OUTPUT_IDS"][0], found["QUANT"]
+             for line in proc.stdout.splitlines() if line.startswith(("OUTPUT_IDS ", "LOGPROBS ", "QUANT "))}
+    assert proc.returncode == 0 and len(found) == 3, proc.stderr[-3000:]
+    return found["OUTPUT_IDS"][0], found["QUANT"], found["LOGPROBS"][0]
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +58,8 @@ def prompt(assets):
 def test_quantized_smollm2_still_answers(assets, prompt, case):
     tok, ids = prompt
     scheme, policy = CASES[case]
-    out, stats = generate(assets.smollm2, ids, scheme, policy)
+    out, stats, logprobs = generate(assets.smollm2, ids, scheme, policy)
+    ONLINE[case] = (out, logprobs)
     text = tok.decode(out)
     print(f"\n{case}: {text!r} {stats}")
     assert "Paris" in text
@@ -64,3 +73,23 @@ def test_quantized_smollm2_still_answers(assets, prompt, case):
         assert stats["int8_calls"] == (linear_modules - kept) * N_TOKENS and stats["copy_calls"] == 0
     else:
         assert stats["int8_calls"] == stats["copy_calls"] == 0
+
+
+@pytest.mark.parametrize("case", ["w8a8_dynamic", "w4a16"])
+def test_exported_checkpoint_serves_exactly_like_online_quantization(assets, prompt, case, tmp_path):
+    from typer.testing import CliRunner
+
+    from service.cli import app
+
+    if case not in ONLINE:
+        pytest.skip("needs the online run of the same scheme (test_quantized_smollm2_still_answers)")
+    out = tmp_path / case
+    result = CliRunner().invoke(app, ["quant", "export", "--model", str(assets.smollm2), "--scheme", case,
+                                      "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    desc = json.loads((out / "quant_model_description.json").read_text())
+    assert desc["model.layers.0.self_attn.q_proj.weight"] == {"w8a8_dynamic": "W8A8_DYNAMIC", "w4a16": "W4A16"}[case]
+    assert desc["model.embed_tokens.weight"] == "FLOAT"
+    ids, stats, logprobs = generate(out, prompt[1], "modelslim", {})
+    assert stats["quantized"] == 120
+    assert (ids, logprobs) == ONLINE[case]

@@ -1,4 +1,5 @@
-"""Formats, parsers and the tool-call grammar builder stay pure (no heavy runtime imports)."""
+"""Formats, parsers, the tool-call grammar builder, KV sizing and the quantization policy,
+sensitivity and checkpoint-layout logic stay pure (no heavy runtime imports)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,11 @@ PURE = [
     "runtime_ext.parsers.tool_calls",
     "runtime_ext.parsers.sglang_adapter",
     "grammars.tool_calls",
+    "runtime_ext.kv_cache.sizing",
+    "runtime_ext.kv_cache.sglang_method",
+    "runtime_ext.quant.policy",
+    "runtime_ext.quant.sensitivity",
+    "runtime_ext.quant.modelslim",
 ]
 
 

@@ -1,0 +1,144 @@
+"""Quantized linear layers vs bf16 on SmolLM2: weight memory, perplexity, prefill/decode speed.
+
+Pipeline (what a deployment would do): ``quant calibrate`` (SmoothQuant, α searched on the
+calibration split) writes a smoothed checkpoint; ``quant scan`` on it writes the fallback
+list. Then, for each row, an in-process ``sglang.Engine`` (bf16, torch_native attention):
+
+- linear-weight bytes as stored (int8/int4 values + scales [+ the decode copy]) over the
+  same weights in bf16, counted in the scheduler (plugin report);
+- perplexity on held-out text (*Persuasion*, never used for calibration): windows prefilled
+  with ``logprob_start_len=0``;
+- prefill tokens/s: those windows, one at a time (no prefix-cache hits: distinct texts);
+- decode tokens/s: a batch of 8, 64 new tokens each, ignore_eos; best of 3.
+
+    .venv/bin/python bench/quant.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+from tqdm import tqdm
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+WORK = Path("/tmp/structserve-bench-quant")
+
+# row: (model: "base" | "smoothed", scheme or None, policy overrides, fallback list?)
+ROWS = {
+    "bf16": ("base", None, {}, False),
+    "W8A8": ("base", "w8a8_dynamic", {}, False),
+    "W8A8 + SmoothQuant": ("smoothed", "w8a8_dynamic", {}, False),
+    "W8A8 + SmoothQuant + fallback": ("smoothed", "w8a8_dynamic", {}, True),
+    "W8A8 + SQ + fallback, stage-aware": ("smoothed", "w8a8_dynamic", {"stage_aware": True}, True),
+    "W8A16 g128": ("base", "w8a16", {}, False),
+    "W4A16 g128": ("base", "w4a16", {}, False),
+}
+
+
+def prepare(base: Path) -> tuple[Path, list[str]]:
+    """The smoothed checkpoint and its fallback list (cached in WORK)."""
+    from typer.testing import CliRunner
+
+    from runtime_ext.quant.sensitivity import load_sensitive_layers
+    from service.cli import app
+
+    smoothed, scan = WORK / "smoothed", WORK / "sensitive_layers.json"
+    if not (smoothed / "config.json").is_file():
+        result = CliRunner().invoke(app, ["quant", "calibrate", "--model", str(base), "--out", str(smoothed)])
+        assert result.exit_code == 0, result.output
+        print(result.output)
+    if not scan.is_file():
+        result = CliRunner().invoke(app, ["quant", "scan", "--model", str(smoothed), "--out", str(scan)])
+        assert result.exit_code == 0, result.output
+    return smoothed, load_sensitive_layers(scan)
+
+
+def run_row(model: Path, scheme: str | None, policy: dict, windows: list[list[int]]) -> dict:
+    from runtime_ext.plugin import INTERNAL_STATE_KEY
+    from service.engine import EngineOptions, prepare_process_env
+
+    prepare_process_env("cpu")
+    import sglang
+
+    os.environ["STRUCTSERVE_QUANT"] = json.dumps({"scheme": scheme or "w8a8_dynamic", "group_size": 128,
+                                                  "stage_aware": False, "keep": [], **policy})
+    options = EngineOptions(model_path=model, dtype="bfloat16", max_total_tokens=16384, page_size=16,
+                            quantization=f"structserve_{scheme}" if scheme else None)
+    engine = sglang.Engine(**options.engine_kwargs())
+    try:
+        logprobs, start = [], time.perf_counter()
+        for ids in tqdm(windows, desc=f"{scheme or 'bf16'} perplexity"):
+            out = engine.generate(input_ids=[ids], sampling_params={"max_new_tokens": 1, "temperature": 0},
+                                  return_logprob=True, logprob_start_len=0)[0]
+            logprobs += [lp[0] for lp in out["meta_info"]["input_token_logprobs"] if lp[0] is not None]
+        prefill = sum(len(w) for w in windows) / (time.perf_counter() - start)
+        params = {"max_new_tokens": 64, "ignore_eos": True, "temperature": 0}
+        engine.generate(input_ids=[windows[0][:32]], sampling_params={**params, "max_new_tokens": 4})
+        decode = max(decode_speed(engine, windows, params) for _ in range(3))
+        stats = engine.get_server_info()["internal_states"][0][INTERNAL_STATE_KEY]["quant"]
+        return {"logprobs": logprobs, "prefill": prefill, "decode": decode, "stats": stats}
+    finally:
+        engine.shutdown()
+
+
+def decode_speed(engine, windows: list[list[int]], params: dict) -> float:
+    start = time.perf_counter()
+    outs = engine.generate(input_ids=[w[:64] for w in windows[:8]], sampling_params=params)
+    return sum(o["meta_info"]["completion_tokens"] for o in outs) / (time.perf_counter() - start)
+
+
+def held_out(model: Path, n: int, size: int) -> list[list[int]]:
+    from transformers import AutoTokenizer
+
+    from service.assets import eval_text
+
+    ids = AutoTokenizer.from_pretrained(str(model)).encode(eval_text()[: n * size * 8], add_special_tokens=False)
+    return [ids[i * size:(i + 1) * size] for i in range(n)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--windows", type=int, default=8)
+    parser.add_argument("--window", type=int, default=512)
+    args = parser.parse_args()
+    from service.assets import fetch
+
+    base = fetch(["smollm2", "austen"]).smollm2
+    smoothed, fallback = prepare(base)
+    windows = held_out(base, args.windows, args.window)
+    results = {}
+    for name, (which, scheme, policy, use_fallback) in ROWS.items():
+        policy = {**policy, "keep": fallback} if use_fallback else policy
+        results[name] = run_row(smoothed if which == "smoothed" else base, scheme, policy, windows)
+    print_table(base, args, results, len(fallback))
+
+
+def print_table(model: Path, args: argparse.Namespace, results: dict, kept: int) -> None:
+    ref = results["bf16"]
+    ppl0 = math.exp(-sum(ref["logprobs"]) / len(ref["logprobs"]))
+    table = Table(title=f"Quantized linear layers vs bf16: {model.name}, {args.windows}×{args.window} tokens of "
+                        f"Persuasion (fallback keeps {kept} of 210 linear layers)")
+    for col in ("weights", "linear bytes vs bf16", "perplexity", "Δ ppl", "prefill tok/s", "vs bf16",
+                "decode tok/s (bs 8)", "vs bf16"):
+        table.add_column(col, justify="right")
+    for name, r in results.items():
+        ppl = math.exp(-sum(r["logprobs"]) / len(r["logprobs"]))
+        stats = r["stats"]
+        ratio = stats["weight_bytes"] / stats["weight_bytes_unquantized"] if stats["weight_bytes_unquantized"] else 1
+        table.add_row(name, f"{ratio:.3f}×", f"{ppl:.3f}", f"{(ppl / ppl0 - 1) * 100:+.2f}%", f"{r['prefill']:.0f}",
+                      f"{r['prefill'] / ref['prefill']:.2f}×", f"{r['decode']:.1f}", f"{r['decode'] / ref['decode']:.2f}×")
+    Console(width=200).print(table)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    main()

@@ -1,0 +1,111 @@
+"""Serving msModelSlim-layout checkpoints (``modelslim.py``) with our linear methods (imports sglang).
+
+``structserve_modelslim`` reads ``quant_model_description.json`` (SGLang finds the file and
+passes it to ``from_config``). Each linear module gets the scheme of its description entry
+(the parts of a fused module must agree): its int8 weight and float32 scale/offset are
+loaded as they are, then prepared exactly like online quantization (``process_weights_after_loading``
+of ``StructserveLinearMethod``), so export -> load equals quantizing at load. ``FLOAT`` layers load
+in high precision. The method claims modelslim checkpoints off-NPU by default (SGLang's own
+modelslim method needs NPU ops); on an NPU, ask for it with ``quantization=structserve_modelslim``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+from sglang.srt.layers.linear import LinearBase
+from sglang.srt.utils import set_weight_attrs
+
+from runtime_ext.ops import get_op
+from runtime_ext.ops.kv_ref import pack_int4
+from runtime_ext.quant import modelslim
+from runtime_ext.quant.policy import ENV, QuantPolicy, shards
+from runtime_ext.quant.sglang_method import (
+    STATS, ConfigBase, KeptLinearMethod, StructserveLinearMethod, _count_bytes, _stored_bytes, add_method)
+
+NAME = "structserve_modelslim"
+
+
+class CheckpointLinearMethod(StructserveLinearMethod):
+    """A linear layer whose quantized tensors come from the checkpoint."""
+
+    def create_weights(self, layer, input_size_per_partition, output_partition_sizes, input_size, output_size,
+                       params_dtype, **extra_weight_attrs) -> None:
+        n, k = sum(output_partition_sizes), input_size_per_partition
+        cols = 1 if self.policy.scheme == "w8a8_dynamic" else -(-k // self.policy.group_size)
+        weight = torch.nn.Parameter(torch.empty(n, k, dtype=torch.int8), requires_grad=False)
+        layer.register_parameter("weight", weight)
+        set_weight_attrs(weight, {"input_dim": 1, "output_dim": 0, **extra_weight_attrs})
+        for side in modelslim.SIDE_TENSORS:  # NaN until loaded: a missing tensor cannot pass unnoticed
+            param = torch.nn.Parameter(torch.full((n, cols), float("nan"), dtype=torch.float32), requires_grad=False)
+            layer.register_parameter(side, param)
+            set_weight_attrs(param, {"output_dim": 0, **({"input_dim": 1} if cols > 1 else {}), **extra_weight_attrs})
+
+    def _quantize(self, layer) -> None:
+        prefix = self.prefix
+        if bool(torch.isnan(layer.weight_scale).any() or torch.isnan(layer.weight_offset).any()):
+            raise modelslim.CheckpointError(f"layer {prefix}: weight_scale/weight_offset missing from the checkpoint")
+        if bool((layer.weight_offset != 0).any()):
+            raise modelslim.CheckpointError(f"layer {prefix}: asymmetric weights (non-zero weight_offset) "
+                                            "are not supported")
+        q, scale, device = layer.weight.data, layer.weight_scale.data, layer.weight.device.type
+        before = q.shape[0] * q.shape[1] * 2  # the same weights in bf16
+        if self.policy.scheme == "w8a8_dynamic":
+            layer.wq_t, layer.w_scale = get_op("w8a8_prepare", device)(q, scale[:, 0])
+            if self.policy.stage_aware:
+                layer.decode_weight = (q.float() * scale).to(torch.bfloat16)
+        else:
+            stored = pack_int4(q) if self.policy.bits == 4 else q
+            layer.prepared = get_op("weight_only_prepare", device)(stored, scale, self.policy.bits,
+                                                                   self.policy.group_size)
+        del layer.weight, layer.weight_scale, layer.weight_offset
+        STATS["quantized"] += 1
+        _count_bytes(_stored_bytes(layer), before)
+
+
+class StructserveModelSlimConfig(ConfigBase):
+    def __init__(self, description: dict) -> None:
+        super().__init__()
+        self.types = modelslim.layer_types(description)
+        self.group_size = int(description.get("group_size") or 128)
+        self.stage_aware = QuantPolicy.from_json(os.environ[ENV]).stage_aware if ENV in os.environ else False
+
+    @classmethod
+    def get_name(cls) -> str:
+        return NAME
+
+    @staticmethod
+    def get_config_filenames() -> list[str]:
+        return [modelslim.DESCRIPTION]
+
+    @classmethod
+    def from_config(cls, config: dict) -> "StructserveModelSlimConfig":
+        return cls(config)
+
+    @classmethod
+    def override_quantization_method(cls, hf_quant_cfg: Any, user_quant: Any) -> str | None:
+        from sglang.srt.utils import is_npu
+
+        if not isinstance(hf_quant_cfg, dict) or hf_quant_cfg.get("quant_method") != "modelslim":
+            return None
+        if user_quant == NAME or (user_quant in (None, "modelslim") and not is_npu()):
+            return NAME
+        return None
+
+    def get_quant_method(self, layer: Any, prefix: str) -> Any:
+        if not isinstance(layer, LinearBase):
+            return None
+        kinds = {self.types.get(name) for name in shards(prefix)}
+        if None in kinds or len(kinds) != 1:
+            raise modelslim.CheckpointError(f"layer {prefix}: its parts {shards(prefix)} must all be described "
+                                            f"with one type in {modelslim.DESCRIPTION}, found {sorted(map(str, kinds))}")
+        scheme = kinds.pop()
+        if scheme == modelslim.FLOAT:
+            return KeptLinearMethod()
+        return CheckpointLinearMethod(QuantPolicy(scheme, self.group_size, self.stage_aware), prefix)
+
+
+def register() -> None:
+    add_method(StructserveModelSlimConfig)
