@@ -25,10 +25,12 @@ def plugin_report() -> dict[str, Any]:
     """What the plugin says about itself in the process that calls this (in the scheduler:
     also the KV-cache method its pool was built with)."""
     from runtime_ext.kv_cache.sglang_method import built_method, method_stats
+    from runtime_ext.prefix_cache.sglang_backend import stats as prefix_stats
     from runtime_ext.quant.sglang_method import stats as quant_stats
 
     return {"version": __version__, "pid": os.getpid(), "registered": os.getpid() in _registered_pids,
-            "kv_cache": built_method(), "kv_cache_stats": method_stats(), "quant": quant_stats()}
+            "kv_cache": built_method(), "kv_cache_stats": method_stats(), "quant": quant_stats(),
+            "prefix_cache": prefix_stats()}
 
 
 def pool_report(scheduler: Any) -> dict[str, int]:
@@ -69,6 +71,7 @@ def register() -> None:
     from runtime_ext.fixes import sampling_seed
     from runtime_ext.kv_cache import sglang_method
     from runtime_ext.parsers.sglang_adapter import register_tool_parsers
+    from runtime_ext.prefix_cache import sglang_backend as prefix_backend
     from runtime_ext.quant import checkpoint_method
     from runtime_ext.quant import sglang_method as quant_method
 
@@ -78,5 +81,6 @@ def register() -> None:
     native.register()  # torch_native attention: new queries only, gathered KV rows
     quant_method.register(HookRegistry, HookType)  # quantization="structserve_w8a8_dynamic" etc.
     checkpoint_method.register()  # msModelSlim-layout checkpoints (quant_model_description.json)
+    prefix_backend.register()  # radix_cache_backend="structserve_combined"
     register_tool_parsers()  # structserve_<format> names for SGLang's own --tool-call-parser
     _registered_pids.add(os.getpid())

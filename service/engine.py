@@ -37,6 +37,7 @@ class EngineOptions:
     disable_overlap_schedule: bool = False
     kv_cache: str = "bf16"
     quantization: str | None = None  # an SGLang quantization method name (ours: structserve_<scheme>)
+    prefix_cache: str = "sglang"  # sglang (its default radix cache) | combined (runtime_ext's) | off
 
     def engine_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = dict(
@@ -62,6 +63,10 @@ class EngineOptions:
             kwargs["context_length"] = self.context_length
         if self.quantization is not None:
             kwargs["quantization"] = self.quantization
+        if self.prefix_cache == "off":
+            kwargs["disable_radix_cache"] = True
+        elif self.prefix_cache == "combined":  # C reaches the scheduler as STRUCTSERVE_COMBINE_BLOCKS
+            kwargs["radix_cache_backend"] = "structserve_combined"
         return kwargs
 
 

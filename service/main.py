@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -35,8 +36,10 @@ def engine_options(settings: Settings, model_dir: Path) -> EngineOptions:
     """Checks the KV-cache setup (calibration file, byte budget) on the way."""
     engine = settings.engine.model_dump(exclude={"kv_cache_bytes"})
     engine["max_total_tokens"] = kv.pool_tokens(settings, model_dir, kv.check_kv_cache(settings, model_dir))
+    os.environ["STRUCTSERVE_COMBINE_BLOCKS"] = str(settings.prefix_cache.combine_blocks)  # read by the scheduler
     return EngineOptions(model_path=model_dir, dtype=settings.dtype, kv_cache=settings.kv_cache,
-                         quantization=quant_setup(settings, model_dir), **engine)
+                         quantization=quant_setup(settings, model_dir), prefix_cache=settings.prefix_cache.backend,
+                         **engine)
 
 
 async def _load(state: ServiceState, model_dir: Path, on_failure: Any) -> None:

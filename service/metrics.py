@@ -33,6 +33,10 @@ KV_RESIDUAL = Gauge(
 QUANT_LAYERS = Gauge("structserve_quantized_linear_layers",
                      "Linear modules of the served model by state (quantized, kept in high precision)", ["state"],
                      registry=REGISTRY)
+PREFIX_CACHE = Gauge("structserve_prefix_cache",
+                     "runtime_ext's combined-block prefix cache since start: hit_tokens, miss_tokens, "
+                     "abandoned_pages (matched but in an incomplete unit), evicted_tokens", ["stat"],
+                     registry=REGISTRY)
 GRAMMAR_COMPILE_SECONDS = Histogram(
     "structserve_grammar_compile_seconds", "Grammar compile time (cache misses)", ["kind"], registry=REGISTRY,
     buckets=(0.001, 0.005, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),

@@ -64,6 +64,13 @@ class QuantSettings(BaseModel):
     sensitive_layers: Path | None = None
 
 
+class PrefixCacheSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Literal["sglang", "combined", "off"] = "sglang"
+    combine_blocks: int = Field(4, ge=1, le=64)
+
+
 class RequestSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -88,6 +95,7 @@ class Settings(BaseSettings):
     kv_calibration: Path | None = None
     quantization: Literal["none", "w8a8_dynamic", "w8a16", "w4a16"] = "none"
     quant: QuantSettings = QuantSettings()
+    prefix_cache: PrefixCacheSettings = PrefixCacheSettings()
     engine: EngineSettings = EngineSettings()
     request: RequestSettings = RequestSettings()
     grammar: GrammarSettings = GrammarSettings()

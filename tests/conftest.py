@@ -49,7 +49,8 @@ C8_KEPT_LAYER = "model.layers.1.mlp.down_proj"  # c8_server keeps this linear la
 def c8_server(assets, tmp_path_factory):
     """structserve on the tiny Qwen3 compressed both ways: W8A8 linear layers (one kept in high
     precision) and the INT8 KV cache with residuals (kv_cache: c8_static_residual, calibrated
-    on the calibration split), the pool sized by a byte budget."""
+    on the calibration split), the pool sized by a byte budget; prefixes reused by runtime_ext's
+    combined-block radix cache (4 pages of 16 tokens per unit)."""
     from runtime_ext.kv_cache.calibration import calibrate
     from service.assets import calibration_text
 
@@ -58,7 +59,8 @@ def c8_server(assets, tmp_path_factory):
     server = _server(assets.qwen3_tiny, "qwen-c8", STRUCTSERVE_DTYPE="float32",
                      STRUCTSERVE_KV_CACHE="c8_static_residual", STRUCTSERVE_KV_CALIBRATION=str(calib),
                      STRUCTSERVE_ENGINE__KV_CACHE_BYTES=str(C8_BUDGET), STRUCTSERVE_REASONING__DEFAULT_THINKING="false",
-                     STRUCTSERVE_QUANTIZATION="w8a8_dynamic", STRUCTSERVE_QUANT__IGNORE=f'["{C8_KEPT_LAYER}"]')
+                     STRUCTSERVE_QUANTIZATION="w8a8_dynamic", STRUCTSERVE_QUANT__IGNORE=f'["{C8_KEPT_LAYER}"]',
+                     STRUCTSERVE_PREFIX_CACHE__BACKEND="combined")
     yield server
     code = server.stop()
     assert code == 0, f"SIGTERM must shut the server down gracefully (exit 0), got {code}"

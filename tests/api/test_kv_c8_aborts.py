@@ -1,6 +1,7 @@
 """The INT8 KV cache (C8-S + INT4 residuals) through the whole service: 100 aborted
 requests (mid-prefill and mid-decode, plain and thinking) leave no quantized page and no
-residual slot behind, and it still serves. The pool was sized from a byte budget."""
+residual slot behind, and it still serves. The pool was sized from a byte budget; the
+combined-block prefix cache stays consistent through the aborts (KV used back to 0)."""
 
 from __future__ import annotations
 
@@ -52,6 +53,9 @@ def test_100_aborts_leave_no_kv_pages(c8_server):
     # the weights: every linear module W8A8 but the one kept in high precision (2 layers x 4 modules)
     assert metrics[("structserve_quantized_linear_layers", (("state", "quantized"),))] == 7
     assert metrics[("structserve_quantized_linear_layers", (("state", "kept"),))] == 1
+    # the combined-block prefix cache served the repeated prompt prefixes, in whole 64-token units
+    hits = metrics[("structserve_prefix_cache", (("stat", "hit_tokens"),))]
+    assert hits > 0 and hits % 64 == 0
     # the byte budget: the pool as allocated (plus SGLang's one padding page, 0.1 %) fills it
     pool_bytes = metrics[("structserve_kv_pool_bytes", ())]
     assert C8_BUDGET * 0.9 <= pool_bytes <= C8_BUDGET * 1.01, (pool_bytes, C8_BUDGET)

@@ -23,12 +23,21 @@ async def metrics(state: Annotated[ServiceState, Depends(get_state)]) -> Respons
         m.KV_CAPACITY.set(usage.capacity_tokens)
         report = await state.engine.plugin_report()
         if report and report.get("registered"):
-            m.PLUGIN.labels(scheduler_pid=str(report["pid"]), version=report["version"]).set(1)
-            m.KV_METHOD.labels(method=report.get("kv_cache", "unknown")).set(1)
-            _kv_pool(report)
-            for state in ("quantized", "kept"):
-                m.QUANT_LAYERS.labels(state=state).set(report.get("quant", {}).get(state, 0))
+            _plugin_gauges(report)
     return Response(generate_latest(m.REGISTRY), media_type=CONTENT_TYPE_LATEST)
+
+
+def _plugin_gauges(report: dict) -> None:
+    """Gauges from runtime_ext's report (read in the scheduler process)."""
+    m.PLUGIN.labels(scheduler_pid=str(report["pid"]), version=report["version"]).set(1)
+    m.KV_METHOD.labels(method=report.get("kv_cache", "unknown")).set(1)
+    _kv_pool(report)
+    for state in ("quantized", "kept"):
+        m.QUANT_LAYERS.labels(state=state).set(report.get("quant", {}).get(state, 0))
+    prefix = report.get("prefix_cache", {})
+    if prefix.get("backend"):
+        for stat in ("hit_tokens", "miss_tokens", "abandoned_pages", "evicted_tokens"):
+            m.PREFIX_CACHE.labels(stat=stat).set(prefix[stat])
 
 
 def _kv_pool(report: dict) -> None:

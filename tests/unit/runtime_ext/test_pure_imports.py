@@ -19,6 +19,7 @@ PURE = [
     "runtime_ext.quant.policy",
     "runtime_ext.quant.sensitivity",
     "runtime_ext.quant.modelslim",
+    "runtime_ext.prefix_cache.matcher",
 ]
 
 

@@ -1,0 +1,119 @@
+"""``structserve_combined``: SGLang's radix cache with combined-block matching (imports sglang).
+
+Registered with ``register_radix_cache_backend``; selected by the service with
+``radix_cache_backend="structserve_combined"``; ``C`` from ``STRUCTSERVE_COMBINE_BLOCKS`` (set
+before the engine spawns its scheduler). It is SGLang's ``RadixCache`` (its insert / lock /
+evict / free contracts unchanged) with one difference: a match is cut to whole units of
+``C`` pages (``C * page_size`` tokens). The walk that measures the match does not mutate the
+tree; only the cut prefix is then matched for real (touching LRU times and splitting a node
+exactly at the cut), so the returned node sits at the cut and locking it protects exactly
+the reused pages. ``checkpoint`` re-matches what the request itself just inserted and must
+see all of it, so it bypasses the cut.
+
+Counters (hit / miss tokens, abandoned pages: matched pages dropped because their unit was
+incomplete, evicted tokens) are reported through the plugin report and ``/metrics``. Rejected at build time: speculative
+decoding (EAGLE keys are token pairs), hybrid SWA/SSM, hierarchical cache.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from sglang.srt.mem_cache.base_prefix_cache import MatchResult
+from sglang.srt.mem_cache.radix_cache import RadixCache
+
+NAME = "structserve_combined"
+COMBINE_ENV = "STRUCTSERVE_COMBINE_BLOCKS"
+STATS = {"backend": None, "combine_blocks": 0, "hit_tokens": 0, "miss_tokens": 0, "abandoned_pages": 0,
+         "evicted_tokens": 0}
+
+
+class CombinedRadixCache(RadixCache):
+    def __init__(self, params: Any, combine_blocks: int) -> None:
+        self.combine, self._raw_match = combine_blocks, False
+        super().__init__(params)
+        self.unit = self.page_size * combine_blocks
+        STATS.update(backend=NAME, combine_blocks=combine_blocks)
+
+    def _walk(self, key: Any) -> int:
+        """Tokens of ``key`` present on one path from the root (no mutation)."""
+        node, matched = self.root_node, 0
+        while matched < len(key):
+            child = node.children.get(key[matched:].child_key(self.page_size))
+            if child is None:
+                break
+            n = child.key.match(key[matched:], page_size=self.page_size)
+            matched += n
+            if n < len(child.key):
+                break
+            node = child
+        return matched
+
+    def _cut(self, key: Any) -> int:
+        key = key.page_aligned(self.page_size)
+        found = self._walk(key) if len(key) else 0
+        usable = found // self.unit * self.unit
+        STATS["abandoned_pages"] += (found - usable) // self.page_size
+        return usable
+
+    def match_prefix(self, params: Any) -> MatchResult:
+        if self._raw_match or self.disable:
+            return super().match_prefix(params)
+        key = params.key
+        usable = self._cut(key) if len(key) else 0
+        STATS["hit_tokens"] += usable
+        STATS["miss_tokens"] += len(key) - usable
+        if usable == 0:
+            return self._empty_match_result
+        _, node = self._match_prefix_helper(self.root_node, key.page_aligned(self.page_size)[:usable])
+        return MatchResult(device_prefix_len=usable, last_device_node=node, last_host_node=node,
+                           best_match_node=node)
+
+    def touch_prefix(self, key: Any) -> None:
+        if self.disable or not len(key):
+            return
+        usable = self._walk(key.page_aligned(self.page_size)) // self.unit * self.unit
+        if usable:
+            self._match_prefix_helper(self.root_node, key.page_aligned(self.page_size)[:usable])
+
+    def evict(self, params: Any) -> Any:
+        result = super().evict(params)
+        STATS["evicted_tokens"] += result.num_tokens_evicted
+        return result
+
+    def checkpoint(self, req: Any, *, up_to: int) -> None:
+        self._raw_match = True
+        try:
+            super().checkpoint(req, up_to=up_to)
+        finally:
+            self._raw_match = False
+
+
+def _factory(ctx: Any) -> Any:
+    from sglang.srt.mem_cache.registry import default_radix_cache_factory
+
+    if ctx.disable_radix_cache:
+        return default_radix_cache_factory(ctx)
+    p = ctx.params
+    unsupported = {"speculative decoding (EAGLE keys)": p.is_eagle, "hybrid SWA": ctx.is_hybrid_swa,
+                   "hybrid SSM": ctx.is_hybrid_ssm, "hierarchical cache": ctx.enable_hierarchical_cache}
+    bad = [name for name, on in unsupported.items() if on]
+    combine = int(os.environ.get(COMBINE_ENV, "1"))
+    if bad and combine > 1:
+        raise ValueError(f"prefix_cache backend combined with combine_blocks={combine} cannot run with "
+                         f"{', '.join(bad)}; use combine_blocks 1 or the sglang backend")
+    return CombinedRadixCache(p, combine)
+
+
+def register() -> None:
+    from sglang.srt.mem_cache.registry import register_radix_cache_backend
+
+    try:
+        register_radix_cache_backend(NAME, _factory)
+    except ValueError:
+        pass  # already registered in this process
+
+
+def stats() -> dict:
+    return dict(STATS)
