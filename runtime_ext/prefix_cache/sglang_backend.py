@@ -4,10 +4,10 @@ Registered with ``register_radix_cache_backend``; selected by the service with
 ``radix_cache_backend="structserve_combined"``; ``C`` from ``STRUCTSERVE_COMBINE_BLOCKS`` (set
 before the engine spawns its scheduler). It is SGLang's ``RadixCache`` (its insert / lock /
 evict / free contracts unchanged) with one difference: a match is cut to whole units of
-``C`` pages (``C * page_size`` tokens). The walk that measures the match does not mutate the
-tree; only the cut prefix is then matched for real (touching LRU times and splitting a node
-exactly at the cut), so the returned node sits at the cut and locking it protects exactly
-the reused pages. ``checkpoint`` re-matches what the request itself just inserted and must
+``C`` pages (``C * page_size`` tokens). When the cut falls inside the found prefix, the cut
+prefix is matched again, which splits the node exactly at the cut, so the returned node sits
+at the cut and locking it protects exactly the reused pages (the pages beyond it stay in the
+tree, unlocked, like any unmatched cached pages). ``checkpoint`` re-matches what the request itself just inserted and must
 see all of it, so it bypasses the cut.
 
 Counters (hit / miss tokens, abandoned pages: matched pages dropped because their unit was
@@ -36,46 +36,33 @@ class CombinedRadixCache(RadixCache):
         self.unit = self.page_size * combine_blocks
         STATS.update(backend=NAME, combine_blocks=combine_blocks)
 
-    def _walk(self, key: Any) -> int:
-        """Tokens of ``key`` present on one path from the root (no mutation)."""
-        node, matched = self.root_node, 0
-        while matched < len(key):
-            child = node.children.get(key[matched:].child_key(self.page_size))
-            if child is None:
-                break
-            n = child.key.match(key[matched:], page_size=self.page_size)
-            matched += n
-            if n < len(child.key):
-                break
-            node = child
-        return matched
-
-    def _cut(self, key: Any) -> int:
-        key = key.page_aligned(self.page_size)
-        found = self._walk(key) if len(key) else 0
+    def _match_units(self, key: Any) -> tuple[int, Any]:
+        """(usable tokens, node at that depth) for a page-aligned ``key``. One traversal when the
+        found prefix is unit-aligned (the common case); a second, shorter one to split exactly at
+        the unit boundary otherwise. Splitting at the found boundary is what SGLang does anyway."""
+        values, node = self._match_prefix_helper(self.root_node, key)
+        found = sum(len(v) for v in values)
         usable = found // self.unit * self.unit
         STATS["abandoned_pages"] += (found - usable) // self.page_size
-        return usable
+        if usable and usable < found:
+            _, node = self._match_prefix_helper(self.root_node, key[:usable])
+        return usable, node
 
     def match_prefix(self, params: Any) -> MatchResult:
         if self._raw_match or self.disable:
             return super().match_prefix(params)
-        key = params.key
-        usable = self._cut(key) if len(key) else 0
+        key = params.key.page_aligned(self.page_size)
+        usable, node = self._match_units(key) if len(key) else (0, None)
         STATS["hit_tokens"] += usable
-        STATS["miss_tokens"] += len(key) - usable
+        STATS["miss_tokens"] += len(params.key) - usable
         if usable == 0:
             return self._empty_match_result
-        _, node = self._match_prefix_helper(self.root_node, key.page_aligned(self.page_size)[:usable])
         return MatchResult(device_prefix_len=usable, last_device_node=node, last_host_node=node,
                            best_match_node=node)
 
     def touch_prefix(self, key: Any) -> None:
-        if self.disable or not len(key):
-            return
-        usable = self._walk(key.page_aligned(self.page_size)) // self.unit * self.unit
-        if usable:
-            self._match_prefix_helper(self.root_node, key.page_aligned(self.page_size)[:usable])
+        if not self.disable and len(key.page_aligned(self.page_size)):
+            self._match_prefix_helper(self.root_node, key.page_aligned(self.page_size))
 
     def evict(self, params: Any) -> Any:
         result = super().evict(params)

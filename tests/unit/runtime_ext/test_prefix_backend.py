@@ -1,0 +1,45 @@
+"""The SGLang backend (CombinedRadixCache, a real sglang RadixCache subclass, no engine) agrees
+with the pure matcher on random page trees: same reused pages, in whole units, and the node it
+returns sits exactly at the cut (so a lock protects exactly the reused pages)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from sglang.srt.mem_cache.base_prefix_cache import InsertParams, MatchPrefixParams
+from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+from sglang.srt.mem_cache.radix_cache import RadixKey
+
+from runtime_ext.prefix_cache.matcher import PageRadix
+from runtime_ext.prefix_cache.sglang_backend import CombinedRadixCache
+
+P = 4
+
+
+def sequences(rng: random.Random) -> list[list[int]]:
+    trunks = [[rng.randrange(3) for _ in range(rng.randrange(0, 40))] for _ in range(3)]
+    return [rng.choice(trunks) + [rng.randrange(3) for _ in range(rng.randrange(0, 30))] for _ in range(8)]
+
+
+@pytest.mark.parametrize("combine", [1, 2, 4])
+def test_backend_matches_the_oracle(combine):
+    rng = random.Random(combine)
+    for _ in range(40):
+        stored = sequences(rng)
+        cache = CombinedRadixCache(CacheInitParams(disable=False, req_to_token_pool=None,
+                                                   token_to_kv_pool_allocator=None, page_size=P), combine)
+        oracle, next_id = PageRadix(P, combine), 0
+        for seq in stored:
+            n = len(seq) // P * P
+            ids = list(range(next_id, next_id + n))
+            cache.insert(InsertParams(key=RadixKey(seq[:n]), value=torch.tensor(ids, dtype=torch.int64)))
+            oracle.insert(None, seq, ids[::P])  # the oracle names a page by its first token slot
+            next_id += n
+        for query in sequences(rng):
+            result = cache.match_prefix(MatchPrefixParams(key=RadixKey(query)))
+            expected = oracle.match(None, query)
+            assert result.device_prefix_len == expected.tokens and result.device_prefix_len % (P * combine) == 0
+            path = cache.path_device_indices(result.last_device_node).tolist()
+            assert path[::P] == expected.pages  # the returned node is exactly at the cut
