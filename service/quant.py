@@ -13,7 +13,6 @@ size; errors name the layer) and served by ``structserve_modelslim``.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from pathlib import Path
@@ -26,16 +25,7 @@ from service.settings import Settings
 
 
 def checkpoint_tensor_names(model_dir: Path) -> list[str]:
-    index = model_dir / "model.safetensors.index.json"
-    if index.is_file():
-        return list(json.loads(index.read_text())["weight_map"])
-    from safetensors import safe_open
-
-    names: list[str] = []
-    for path in sorted(model_dir.glob("*.safetensors")):
-        with safe_open(str(path), "pt") as f:
-            names += list(f.keys())
-    return names
+    return list(tensor_shapes(model_dir))
 
 
 log = logging.getLogger(__name__)

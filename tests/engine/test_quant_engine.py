@@ -81,8 +81,9 @@ def test_exported_checkpoint_serves_exactly_like_online_quantization(assets, pro
 
     from service.cli import app
 
-    if case not in ONLINE:
-        pytest.skip("needs the online run of the same scheme (test_quantized_smollm2_still_answers)")
+    if case not in ONLINE:  # run alone (-k): make the online reference here
+        out, _, logprobs = generate(assets.smollm2, prompt[1], case, {})
+        ONLINE[case] = (out, logprobs)
     out = tmp_path / case
     result = CliRunner().invoke(app, ["quant", "export", "--model", str(assets.smollm2), "--scheme", case,
                                       "--out", str(out)])
