@@ -56,7 +56,12 @@ def _add_report(result: Any, controller: Any = None, *_args: Any, **_kwargs: Any
         report = plugin_report()
         scheduler = getattr(controller, "scheduler", None)
         if scheduler is not None:
-            report["kv_pool"] = pool_report(scheduler)
+            try:  # a report must never take the scheduler down
+                from runtime_ext.census import census
+
+                report["kv_pool"], report["kv_census"] = pool_report(scheduler), census(scheduler)
+            except Exception as exc:  # noqa: BLE001
+                report["error"] = f"{type(exc).__name__}: {exc}"
         state[INTERNAL_STATE_KEY] = report
     return result
 

@@ -37,6 +37,8 @@ def engine_options(settings: Settings, model_dir: Path) -> EngineOptions:
     engine = settings.engine.model_dump(exclude={"kv_cache_bytes"})
     engine["max_total_tokens"] = kv.pool_tokens(settings, model_dir, kv.check_kv_cache(settings, model_dir))
     os.environ["STRUCTSERVE_COMBINE_BLOCKS"] = str(settings.prefix_cache.combine_blocks)  # read by the scheduler
+    if settings.prefix_cache.events_path is not None:
+        os.environ["STRUCTSERVE_PREFIX_EVENTS"] = str(settings.prefix_cache.events_path)
     return EngineOptions(model_path=model_dir, dtype=settings.dtype, kv_cache=settings.kv_cache,
                          quantization=quant_setup(settings, model_dir), prefix_cache=settings.prefix_cache.backend,
                          **engine)

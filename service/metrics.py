@@ -35,8 +35,12 @@ QUANT_LAYERS = Gauge("structserve_quantized_linear_layers",
                      registry=REGISTRY)
 PREFIX_CACHE = Gauge("structserve_prefix_cache",
                      "runtime_ext's combined-block prefix cache since start: hit_tokens, miss_tokens, "
-                     "abandoned_pages (matched but in an incomplete unit), evicted_tokens", ["stat"],
-                     registry=REGISTRY)
+                     "abandoned_pages (matched but in an incomplete unit), evicted_tokens, "
+                     "draft_dropped_pages (EAGLE: last page recomputed)", ["stat"], registry=REGISTRY)
+KV_CENSUS = Gauge("structserve_kv_pool_census",
+                  "KV pool token slots by holder (free, tree_evictable, tree_protected, held_by_requests) and "
+                  "consistency counts that must stay 0 (tree_pages_free: use-after-free, duplicate_free_pages)",
+                  ["part"], registry=REGISTRY)
 GRAMMAR_COMPILE_SECONDS = Histogram(
     "structserve_grammar_compile_seconds", "Grammar compile time (cache misses)", ["kind"], registry=REGISTRY,
     buckets=(0.001, 0.005, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),

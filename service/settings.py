@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
@@ -69,6 +69,13 @@ class PrefixCacheSettings(BaseModel):
 
     backend: Literal["sglang", "combined", "off"] = "sglang"
     combine_blocks: int = Field(4, ge=1, le=64)
+    events_path: Path | None = None  # combined backend: JSON-lines stored/removed/hit events
+
+    @model_validator(mode="after")
+    def _events_need_combined(self) -> "PrefixCacheSettings":
+        if self.events_path is not None and self.backend != "combined":
+            raise ValueError("prefix_cache.events_path needs prefix_cache.backend: combined")
+        return self
 
 
 class RequestSettings(BaseModel):

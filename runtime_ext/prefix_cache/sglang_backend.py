@@ -11,8 +11,11 @@ tree, unlocked, like any unmatched cached pages). ``checkpoint`` re-matches what
 see all of it, so it bypasses the cut.
 
 Counters (hit / miss tokens, abandoned pages: matched pages dropped because their unit was
-incomplete, evicted tokens) are reported through the plugin report and ``/metrics``. Rejected at build time: speculative
-decoding (EAGLE keys are token pairs), hybrid SWA/SSM, hierarchical cache.
+incomplete, evicted tokens) are reported through the plugin report and ``/metrics``. With
+``C > 1``, rejected at build time: speculative decoding (EAGLE keys are token pairs), hybrid
+SWA/SSM, hierarchical cache. With ``C = 1`` and EAGLE drafting, the last matched page is dropped
+so the draft model recomputes it (its hidden states are not cached). ``STRUCTSERVE_PREFIX_EVENTS``
+(a file path) turns on the JSON-lines event stream of ``events.py`` (stored / removed / hit).
 """
 
 from __future__ import annotations
@@ -23,18 +26,31 @@ from typing import Any
 from sglang.srt.mem_cache.base_prefix_cache import MatchResult
 from sglang.srt.mem_cache.radix_cache import RadixCache
 
+from runtime_ext.prefix_cache.events import EventLog
+
 NAME = "structserve_combined"
 COMBINE_ENV = "STRUCTSERVE_COMBINE_BLOCKS"
+EVENTS_ENV = "STRUCTSERVE_PREFIX_EVENTS"
 STATS = {"backend": None, "combine_blocks": 0, "hit_tokens": 0, "miss_tokens": 0, "abandoned_pages": 0,
-         "evicted_tokens": 0}
+         "evicted_tokens": 0, "draft_dropped_pages": 0}
 
 
 class CombinedRadixCache(RadixCache):
-    def __init__(self, params: Any, combine_blocks: int) -> None:
-        self.combine, self._raw_match = combine_blocks, False
+    def __init__(self, params: Any, combine_blocks: int, events: EventLog | None = None) -> None:
+        self.combine, self._raw_match, self.events = combine_blocks, False, events
         super().__init__(params)
         self.unit = self.page_size * combine_blocks
         STATS.update(backend=NAME, combine_blocks=combine_blocks)
+
+    def _usable(self, found: int) -> int:
+        """Tokens of a found prefix that may be reused: whole units; with EAGLE (per-page mode)
+        one page less, so the draft recomputes the last page."""
+        usable = found // self.unit * self.unit
+        STATS["abandoned_pages"] += (found - usable) // self.page_size
+        if self.is_eagle and usable:
+            usable -= self.page_size
+            STATS["draft_dropped_pages"] += 1
+        return usable
 
     def _match_units(self, key: Any) -> tuple[int, Any]:
         """(usable tokens, node at that depth) for a page-aligned ``key``. One traversal when the
@@ -42,8 +58,7 @@ class CombinedRadixCache(RadixCache):
         the unit boundary otherwise. Splitting at the found boundary is what SGLang does anyway."""
         values, node = self._match_prefix_helper(self.root_node, key)
         found = sum(len(v) for v in values)
-        usable = found // self.unit * self.unit
-        STATS["abandoned_pages"] += (found - usable) // self.page_size
+        usable = self._usable(found)
         if usable and usable < found:
             _, node = self._match_prefix_helper(self.root_node, key[:usable])
         return usable, node
@@ -51,14 +66,38 @@ class CombinedRadixCache(RadixCache):
     def match_prefix(self, params: Any) -> MatchResult:
         if self._raw_match or self.disable:
             return super().match_prefix(params)
-        key = params.key.page_aligned(self.page_size)
-        usable, node = self._match_units(key) if len(key) else (0, None)
+        key, _ = params.key.maybe_to_bigram_view(self.is_eagle)
+        aligned = key.page_aligned(self.page_size)
+        usable, node = self._match_units(aligned) if len(aligned) else (0, None)
         STATS["hit_tokens"] += usable
-        STATS["miss_tokens"] += len(params.key) - usable
+        STATS["miss_tokens"] += len(key) - usable
+        if self.events is not None:
+            self.events.hit(_namespace(key), list(key.raw_token_ids()), usable)
         if usable == 0:
             return self._empty_match_result
         return MatchResult(device_prefix_len=usable, last_device_node=node, last_host_node=node,
                            best_match_node=node)
+
+    def insert(self, params: Any) -> Any:
+        result = super().insert(params)
+        if self.events is not None and not self.disable:
+            key = params.key  # super() turned it into the bigram view under EAGLE
+            self.events.stored(_namespace(key), list(key.raw_token_ids()), result.prefix_len // self.page_size)
+        return result
+
+    def _delete_leaf(self, node: Any) -> None:
+        if self.events is not None:
+            path, cursor = [], node
+            while cursor is not None and cursor is not self.root_node:
+                path[:0] = list(cursor.key.raw_token_ids())[:len(cursor.key)]
+                cursor = cursor.parent
+            self.events.removed(_namespace(node.key), path, len(node.key) // self.page_size)
+        super()._delete_leaf(node)
+
+    def reset(self) -> None:
+        super().reset()
+        if getattr(self, "events", None) is not None:
+            self.events.cleared()
 
     def touch_prefix(self, key: Any) -> None:
         if not self.disable and len(key.page_aligned(self.page_size)):
@@ -90,7 +129,12 @@ def _factory(ctx: Any) -> Any:
     if bad and combine > 1:
         raise ValueError(f"prefix_cache backend combined with combine_blocks={combine} cannot run with "
                          f"{', '.join(bad)}; use combine_blocks 1 or the sglang backend")
-    return CombinedRadixCache(p, combine)
+    events = os.environ.get(EVENTS_ENV)
+    return CombinedRadixCache(p, combine, EventLog.open(events, p.page_size) if events else None)
+
+
+def _namespace(key: Any) -> Any:
+    return None if key.extra_key is None and key.cache_salt is None else (key.extra_key, key.cache_salt)
 
 
 def register() -> None:

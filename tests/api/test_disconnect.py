@@ -1,5 +1,6 @@
 """A client that goes away aborts its engine request: KV pages return to the idle
-baseline (read from /metrics, which asks the scheduler)."""
+baseline (read from /metrics, which asks the scheduler), and the pool census balances: every
+slot free or in the prefix tree, no tree lock left, no page both cached and free, no double free."""
 
 from __future__ import annotations
 
@@ -10,6 +11,16 @@ import httpx
 import pytest
 
 KV_RE = re.compile(r"^structserve_kv_used_tokens ([0-9.e+]+)$", re.M)
+CENSUS_RE = re.compile(r'^structserve_kv_pool_census\{part="(\w+)"\} ([0-9.e+]+)$', re.M)
+
+
+def assert_pool_consistent(server) -> dict:
+    text = httpx.get(f"{server.base_url}/metrics", timeout=30).text
+    census = {part: int(float(value)) for part, value in CENSUS_RE.findall(text)}
+    assert census["free"] + census["tree_evictable"] == census["total"], census
+    assert census["tree_protected"] == census["held_by_requests"] == 0, census
+    assert census["tree_pages_free"] == census["duplicate_free_pages"] == 0, census
+    return census
 
 
 def kv_used(server) -> int:
@@ -50,6 +61,7 @@ def test_disconnect_mid_decode_frees_kv(qwen_server):
             assert held > 0, "the running request should hold KV pages"
     # response closed mid-stream: the engine request must be aborted
     assert wait_for_kv(qwen_server, lambda v: v == baseline) == baseline
+    assert_pool_consistent(qwen_server)
 
 
 def test_disconnect_mid_prefill_frees_kv(qwen_server):
@@ -60,6 +72,7 @@ def test_disconnect_mid_prefill_frees_kv(qwen_server):
             assert resp.status_code == 200
             next(resp.iter_lines())  # the role chunk: the engine is prefilling now
     assert wait_for_kv(qwen_server, lambda v: v == 0) == 0
+    assert_pool_consistent(qwen_server)
 
 
 def test_non_stream_client_timeout_aborts(qwen_server):

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.api.test_disconnect import kv_used, wait_for_kv
+from tests.api.test_disconnect import assert_pool_consistent, kv_used, wait_for_kv
 from tests.conftest import C8_BUDGET
 
 
@@ -40,6 +40,8 @@ def test_100_aborts_leave_no_kv_pages(c8_server):
         aborted = list(pool.map(lambda i: abort_one(c8_server, i), range(100)))
     assert all(aborted)
     assert wait_for_kv(c8_server, lambda v: v == 0, timeout=60) == 0, f"leaked: {kv_used(c8_server)} tokens"
+    census = assert_pool_consistent(c8_server)  # the prefix tree and the pool agree after the aborts
+    assert census["tree_evictable"] > 0  # the tree kept the prompts' pages
     ok = httpx.post(f"{c8_server.base_url}/v1/chat/completions", timeout=60, json={
         "model": c8_server.model_name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8})
     assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] >= 1

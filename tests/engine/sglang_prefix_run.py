@@ -3,7 +3,8 @@ own process and print outputs, cached tokens per request and the prefix-cache re
 
     python tests/engine/sglang_prefix_run.py MODEL_DIR N_TOKENS PROMPTS_JSON PREFIX_CACHE COMBINE [DTYPE]
 
-PREFIX_CACHE: off | sglang | combined. Used by test_prefix_cache.py.
+PREFIX_CACHE: off | sglang | combined. Env POOL: KV pool tokens (default 8192),
+STRUCTSERVE_PREFIX_EVENTS: event-stream file. Used by test_prefix_cache.py.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ def main() -> None:
     prepare_process_env("cpu")
     import sglang
 
-    options = EngineOptions(model_path=model_dir, dtype=dtype, max_total_tokens=8192, page_size=16,
+    pool = int(os.environ.get("POOL", 8192))
+    options = EngineOptions(model_path=model_dir, dtype=dtype, max_total_tokens=pool, page_size=16,
                             prefix_cache=mode)
     engine = sglang.Engine(**options.engine_kwargs())
     try:
@@ -37,6 +39,7 @@ def main() -> None:
         print("CACHED " + json.dumps([o["meta_info"].get("cached_tokens", 0) for o in outs]), flush=True)
         report = engine.get_server_info()["internal_states"][0][INTERNAL_STATE_KEY]
         print("PREFIX " + json.dumps(report["prefix_cache"]), flush=True)
+        print("CENSUS " + json.dumps(report["kv_census"]), flush=True)
     finally:
         engine.shutdown()
 

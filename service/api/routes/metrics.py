@@ -36,7 +36,7 @@ def _plugin_gauges(report: dict) -> None:
         m.QUANT_LAYERS.labels(state=state).set(report.get("quant", {}).get(state, 0))
     prefix = report.get("prefix_cache", {})
     if prefix.get("backend"):
-        for stat in ("hit_tokens", "miss_tokens", "abandoned_pages", "evicted_tokens"):
+        for stat in ("hit_tokens", "miss_tokens", "abandoned_pages", "evicted_tokens", "draft_dropped_pages"):
             m.PREFIX_CACHE.labels(stat=stat).set(prefix[stat])
 
 
@@ -45,6 +45,8 @@ def _kv_pool(report: dict) -> None:
         m.KV_POOL_BYTES.set(report["kv_pool"]["bytes"])
         if "residual_slots_on_free_pages" in report["kv_pool"]:  # a leak census: must stay 0
             m.KV_RESIDUAL.labels(stat="slots_on_free_pages").set(report["kv_pool"]["residual_slots_on_free_pages"])
+    for part, value in report.get("kv_census", {}).items():
+        m.KV_CENSUS.labels(part=part).set(value)
     for stat in ("outlier_rate", "slots_used", "slots", "dropped"):
         if stat in report.get("kv_cache_stats", {}):
             m.KV_RESIDUAL.labels(stat=stat).set(report["kv_cache_stats"][stat])

@@ -10,7 +10,7 @@ import pytest
 import torch
 from sglang.srt.mem_cache.base_prefix_cache import InsertParams, MatchPrefixParams
 from sglang.srt.mem_cache.cache_init_params import CacheInitParams
-from sglang.srt.mem_cache.radix_cache import RadixKey
+from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey
 
 from runtime_ext.prefix_cache.matcher import PageRadix
 from runtime_ext.prefix_cache.sglang_backend import CombinedRadixCache
@@ -43,3 +43,21 @@ def test_backend_matches_the_oracle(combine):
             assert result.device_prefix_len == expected.tokens and result.device_prefix_len % (P * combine) == 0
             path = cache.path_device_indices(result.last_device_node).tolist()
             assert path[::P] == expected.pages  # the returned node is exactly at the cut
+
+
+def test_eagle_per_page_mode_drops_the_last_matched_page():
+    """EAGLE keys are token pairs; with C = 1 our cache reuses one page less than SGLang's own
+    (the draft model needs the last page's hidden states, so it recomputes that page)."""
+    rng = random.Random(7)
+    params = dict(disable=False, req_to_token_pool=None, token_to_kv_pool_allocator=None, page_size=P, is_eagle=True)
+    ours, upstream = CombinedRadixCache(CacheInitParams(**params), 1), RadixCache(CacheInitParams(**params))
+    stored, seen = sequences(rng), set()
+    for seq in stored:
+        for cache in (ours, upstream):
+            cache.insert(InsertParams(key=RadixKey(list(seq)), value=torch.arange(len(seq), dtype=torch.int64)))
+    for query in [s[:rng.randrange(len(s) + 1)] + [rng.randrange(3)] for s in stored] + sequences(rng):
+        expected = upstream.match_prefix(MatchPrefixParams(key=RadixKey(list(query)))).device_prefix_len
+        got = ours.match_prefix(MatchPrefixParams(key=RadixKey(list(query)))).device_prefix_len
+        assert got == max(0, expected - P)
+        seen.add(expected > 0)
+    assert seen == {True, False}  # both cases happened
