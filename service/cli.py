@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -43,10 +42,6 @@ _mount_quant()
 DEFAULT_MODEL_ASSET = "smollm2"
 
 
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-
-
 @app.command()
 def serve(
     model: Annotated[Optional[Path], typer.Option(help="Model directory (HF layout). Default: the embedded SmolLM2.")] = None,
@@ -57,17 +52,20 @@ def serve(
     """Serve the OpenAI-compatible API (fetches the default model on first use)."""
     import uvicorn
 
+    from service.logs import setup_logging
     from service.main import create_app
+    from service.serving import DrainingServer
     from service.settings import load_settings
 
     settings = load_settings(config, model=model, host=host, port=port)
-    _setup_logging(settings.log_level)
+    setup_logging(settings.log_level, settings.log_format)
     model_path = settings.model or _default_model(settings.cache_dir)
     served = settings.served_model_name or model_path.name
     api = create_app(settings, model_path, served)
-    server = uvicorn.Server(
-        uvicorn.Config(api, host=settings.host, port=settings.port, log_level=settings.log_level.lower())
-    )
+    server = DrainingServer(uvicorn.Config(api, host=settings.host, port=settings.port, access_log=False,
+                                           log_level=settings.log_level.lower(), log_config=None,
+                                           timeout_graceful_shutdown=int(settings.drain_timeout_s) + 5),
+                            api.state.service, settings.drain_timeout_s)
     api.state.on_engine_failure = lambda: setattr(server, "should_exit", True)
     _exit_zero_after_graceful_sigterm(server)
     server.run()
@@ -78,9 +76,9 @@ def serve(
 
 
 def _exit_zero_after_graceful_sigterm(server: object) -> None:
-    """uvicorn handles SIGTERM (graceful shutdown, lifespan exit) and then re-raises it
-    to the handler that was installed before it ran. Ours lets ``serve`` return, so a
-    graceful stop exits 0 (1 if the engine had failed); a SIGTERM before uvicorn
+    """uvicorn re-raises a signal it handled to the handler that was installed before it ran
+    (a SIGTERM during the drain is not re-raised: see service.serving). Ours lets ``serve``
+    return, so a graceful stop exits 0 (1 if the engine had failed); a SIGTERM before uvicorn
     started still ends the process at once."""
     import signal
 

@@ -56,3 +56,32 @@ class EngineError(ServiceError):
     status = 500
     type = "server_error"
     code = "engine_error"
+
+
+class AuthenticationError(ServiceError):
+    """API keys are configured and the request has none, or an unknown one (401)."""
+
+    status = 401
+    type = "invalid_request_error"
+    code = "invalid_api_key"
+
+
+class PayloadTooLargeError(ServiceError):
+    """The request body is larger than ``limits.max_body_bytes`` (413)."""
+
+    status = 413
+    type = "invalid_request_error"
+    code = "request_too_large"
+
+
+class OverloadedError(ServiceError):
+    """Too many requests running and queued, or the key's rate limit is spent (429).
+    ``retry_after`` (seconds) becomes the ``Retry-After`` header."""
+
+    status = 429
+    type = "rate_limit_exceeded"
+    code = "rate_limit_exceeded"
+
+    def __init__(self, message: str, *, retry_after: int, code: str | None = None):
+        super().__init__(message, code=code)
+        self.retry_after = max(1, int(retry_after))

@@ -18,10 +18,12 @@ from runtime_ext.formats.reasoning import select_reasoning_format
 from service import kv
 from service.api.deps import ServiceState
 from service.api.errors import install_error_handlers
+from service.api.gate import Gate, RequestContext
 from service.api.routes import chat, health, metrics, models
 from service.engine import EngineOptions, SGLangEngine
 from service.grammar import GrammarService
-from service.metrics import REQUESTS
+from service.logs import restore_logging
+from service.limits import Admission, KeyRing, TokenBucket, load_keys
 from service.pipeline.chat import ChatPipeline, ModelFormats
 from service.pipeline.think import ReasoningSetup
 from service.pipeline.types import ReasoningPolicy, ServingLimits
@@ -49,6 +51,7 @@ async def _load(state: ServiceState, model_dir: Path, on_failure: Any) -> None:
         template = await asyncio.to_thread(HFChatTemplate, model_dir)
         formats, policy = _formats(state.settings, template)
         engine = await asyncio.to_thread(SGLangEngine.start, engine_options(state.settings, model_dir))
+        restore_logging()
         state.engine = engine
         g = state.settings.grammar
         state.grammar = GrammarService(model_dir, timeout_s=g.compile_timeout_s, cache_size=g.cache_size)
@@ -107,30 +110,17 @@ def create_app(settings: Settings, model_dir: Path, served_model_name: str) -> F
     for module in (chat, models, health, metrics):
         app.include_router(module.router)
 
-    app.add_middleware(RequestCounter)
+    _add_gate(app, settings, state)
     return app
 
 
-class RequestCounter:
-    """Pure ASGI middleware (BaseHTTPMiddleware would get between a stream and its
-    client's disconnect): counts requests by route and status."""
-
-    def __init__(self, app: Any):
-        self.app = app
-
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        status = {"code": 500}
-
-        async def send_wrapper(message: dict) -> None:
-            if message["type"] == "http.response.start":
-                status["code"] = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_wrapper)
-        finally:
-            route = getattr(scope.get("route"), "path", "unmatched")
-            REQUESTS.labels(route=route, status=str(status["code"])).inc()
+def _add_gate(app: FastAPI, settings: Settings, state: ServiceState) -> None:
+    """Middleware: the request context outermost, then the gate (auth, size, rate, admission)."""
+    lim = settings.limits
+    keys = KeyRing(load_keys(settings.api_keys, settings.api_keys_file))
+    state.admission = Admission(lim.max_running, lim.max_queued, lim.retry_after_s)
+    bucket = TokenBucket(lim.rate_limit_per_minute, lim.rate_limit_burst) if lim.rate_limit_per_minute else None
+    app.add_middleware(Gate, keys=keys, max_body=lim.max_body_bytes, admission=state.admission, bucket=bucket)
+    app.add_middleware(RequestContext, counters=state.counters)
+    log.info("API keys: %s; limits: %s", f"{len(keys.keys)} configured" if keys.enabled else "off (open API)",
+             lim.model_dump())

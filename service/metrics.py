@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 REGISTRY = CollectorRegistry()
 REQUESTS = Counter("structserve_requests", "HTTP requests by route and status", ["route", "status"], registry=REGISTRY)
+LATENCY = Histogram("structserve_request_seconds", "End-to-end request time by route (streams: until the last byte)",
+                    ["route"], registry=REGISTRY,
+                    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128))
+TTFT = Histogram("structserve_time_to_first_token_seconds",
+                 "Streaming chat completions: time from the request to its first generated token",
+                 registry=REGISTRY, buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32))
+TOKENS = Counter("structserve_tokens", "Tokens served: prompt, completion (reasoning included), reasoning",
+                 ["kind"], registry=REGISTRY)
+ACTIVE = Gauge("structserve_requests_running", "Chat requests admitted and being served", registry=REGISTRY)
+QUEUED = Gauge("structserve_requests_queued", "Chat requests waiting for admission", registry=REGISTRY)
 KV_USED = Gauge("structserve_kv_used_tokens", "KV pool tokens held by running requests", registry=REGISTRY)
 KV_CAPACITY = Gauge("structserve_kv_capacity_tokens", "KV pool size in tokens", registry=REGISTRY)
 READY = Gauge("structserve_ready", "1 when the engine serves requests", registry=REGISTRY)
@@ -53,3 +65,10 @@ SCHEMA_VALIDATION_FAILURES = Counter(
     ["reason"],
     registry=REGISTRY,
 )
+
+
+def record_usage(usage: Any) -> None:
+    """Token counters from a response's ``usage`` (service.protocol.openai.Usage)."""
+    TOKENS.labels(kind="prompt").inc(usage.prompt_tokens)
+    TOKENS.labels(kind="completion").inc(usage.completion_tokens)
+    TOKENS.labels(kind="reasoning").inc((usage.completion_tokens_details or {}).get("reasoning_tokens", 0))

@@ -85,6 +85,17 @@ class RequestSettings(BaseModel):
     default_max_tokens: int | None = Field(None, ge=1)
 
 
+class LimitsSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_body_bytes: int = Field(4 << 20, ge=1024)
+    max_running: int = Field(64, ge=1)
+    max_queued: int = Field(256, ge=0)
+    retry_after_s: int = Field(1, ge=1)
+    rate_limit_per_minute: float | None = Field(None, gt=0)
+    rate_limit_burst: int = Field(20, ge=1)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="STRUCTSERVE_", env_nested_delimiter="__", extra="forbid"
@@ -97,6 +108,11 @@ class Settings(BaseSettings):
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
     cache_dir: Path | None = None
     log_level: str = "info"
+    log_format: Literal["json", "text"] = "json"
+    api_keys: str | None = None  # comma-separated (env STRUCTSERVE_API_KEYS); secrets: prefer the env
+    api_keys_file: Path | None = None
+    drain_timeout_s: float = Field(30.0, ge=0)
+    limits: LimitsSettings = LimitsSettings()
     tool_format: str = "auto"
     kv_cache: Literal["bf16", "c8_dynamic", "c8_static", "c8_static_residual"] = "bf16"
     kv_calibration: Path | None = None
@@ -113,6 +129,13 @@ class Settings(BaseSettings):
     def _model_is_dir(cls, value: Path | None) -> Path | None:
         if value is not None and not value.is_dir():
             raise ValueError(f"model directory {value} does not exist")
+        return value
+
+    @field_validator("api_keys_file")
+    @classmethod
+    def _keys_file_exists(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_file():
+            raise ValueError(f"API key file {value} does not exist")
         return value
 
     @classmethod

@@ -23,6 +23,8 @@ class ServiceState:
     draining: bool = False
     failure: str | None = None
     created: int = 0
+    admission: Any = None  # service.limits.Admission (chat requests running / queued)
+    counters: dict[str, int] = field(default_factory=lambda: {"inflight": 0})  # /v1/ requests being served
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

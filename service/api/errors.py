@@ -30,6 +30,17 @@ def _response(status: int, body: dict[str, Any], headers: dict[str, str] | None 
     return JSONResponse(status_code=status, content=body, headers=headers)
 
 
+def error_response(exc: ServiceError) -> JSONResponse:
+    """A typed error as its HTTP response (also used by the ASGI gate, outside FastAPI)."""
+    if exc.status >= 500:
+        log.error("server error: %s", exc.message)
+    retry = getattr(exc, "retry_after", None)
+    headers = {"Retry-After": str(retry)} if retry is not None else None
+    if exc.status == 401:
+        headers = {"WWW-Authenticate": "Bearer"}
+    return _response(exc.status, service_error_body(exc), headers)
+
+
 # pydantic names the union member it tried in ``loc`` ("literal['a','b']", "NamedToolChoice",
 # "str"): not a request field, so not part of ``param``.
 _UNION_TAG = re.compile(r"[\[(']|^[A-Z][A-Za-z]+$|^(str|int|float|bool|dict|list|none)$")
@@ -70,9 +81,7 @@ def _validation_body(exc: RequestValidationError) -> dict[str, Any]:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ServiceError)
     async def _service(_: Request, exc: ServiceError) -> JSONResponse:
-        if exc.status >= 500:
-            log.error("server error: %s", exc.message)
-        return _response(exc.status, service_error_body(exc))
+        return error_response(exc)
 
     @app.exception_handler(GrammarError)
     async def _grammar(_: Request, exc: GrammarError) -> JSONResponse:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import AsyncIterator
 
 from runtime_ext.formats import ToolFormat
+from service import metrics
 from service.errors import EngineError
 from service.pipeline.constraints import build_constraint
 from service.pipeline.plan import make_plan
@@ -84,7 +85,9 @@ class ChatPipeline:
 
     async def complete(self, chat: PreparedChat) -> ChatCompletion:
         finished = await asyncio.gather(*(self._collect(chat, plan, rid) for rid, plan in _choices(chat)))
-        return completion(chat.rid, chat.created, chat.request.model, finished)
+        response = completion(chat.rid, chat.created, chat.request.model, finished)
+        metrics.record_usage(response.usage)
+        return response
 
     async def _collect(self, chat: PreparedChat, plan: GenerationPlan, rid: str) -> FinishedChoice:
         out = self._output(chat)
@@ -101,12 +104,14 @@ class ChatPipeline:
 
     async def stream(self, chat: PreparedChat) -> AsyncIterator[ChatCompletionChunk]:
         """Chunks of all choices, interleaved as they come; usage last if asked for."""
-        chunks = ChunkFactory(chat.rid, chat.created, chat.request.model)
+        chunks, started = ChunkFactory(chat.rid, chat.created, chat.request.model), time.perf_counter()
         for index in range(chat.request.n):
             yield chunks.role(index)
         last: dict[int, Piece] = {}
         outputs = [self._output(chat) for _ in range(chat.request.n)]
         async for index, piece in _merge(self.engine, chat):
+            if not last:
+                metrics.TTFT.observe(time.perf_counter() - started)
             last[index] = piece
             out, delta = outputs[index], piece.delta
             feed = out.feed_reasoning if piece.phase == "reasoning" else out.feed
@@ -118,11 +123,13 @@ class ChatPipeline:
                 if (chunk := chunks.event(index, event)) is not None:
                     yield chunk
                 yield chunks.finish(index, result.finish_reason, result.validation)
-        if chat.request.include_usage and last:
+        if last:
             first = last[0].delta
-            yield chunks.usage(make_usage(
-                first.prompt_tokens, sum(p.delta.completion_tokens for p in last.values()), first.cached_tokens,
-                sum(p.reasoning_tokens for p in last.values())))
+            usage = make_usage(first.prompt_tokens, sum(p.delta.completion_tokens for p in last.values()),
+                               first.cached_tokens, sum(p.reasoning_tokens for p in last.values()))
+            metrics.record_usage(usage)
+            if chat.request.include_usage:
+                yield chunks.usage(usage)
 
 
 def _choices(chat: PreparedChat) -> list[tuple[str, GenerationPlan]]:

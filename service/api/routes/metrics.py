@@ -17,6 +17,9 @@ router = APIRouter()
 @router.get("/metrics")
 async def metrics(state: Annotated[ServiceState, Depends(get_state)]) -> Response:
     m.READY.set(1 if state.ready else 0)
+    if state.admission is not None:
+        m.ACTIVE.set(state.admission.running)
+        m.QUEUED.set(state.admission.queued)
     if state.engine is not None and state.failure is None:
         usage = await state.engine.kv_usage()
         m.KV_USED.set(usage.used_tokens)
