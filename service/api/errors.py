@@ -32,7 +32,7 @@ def _response(status: int, body: dict[str, Any], headers: dict[str, str] | None 
 
 def error_response(exc: ServiceError) -> JSONResponse:
     """A typed error as its HTTP response (also used by the ASGI gate, outside FastAPI)."""
-    if exc.status >= 500:
+    if exc.status >= 500 and exc.status != 503:
         log.error("server error: %s", exc.message)
     retry = getattr(exc, "retry_after", None)
     headers = {"Retry-After": str(retry)} if retry is not None else None

@@ -5,8 +5,8 @@ its client's disconnect).
 else generated; returned on the response), one JSON access log line, request count and latency
 by route and status, the count of ``/v1/`` requests in flight (graceful drain waits on it).
 
-``Gate`` (``/v1/`` paths): API key → body size → per-key rate limit → running/queued bound (chat
-completions only). Refusals are typed errors rendered by ``service.api.errors`` (the one place
+``Gate`` (``/v1/`` paths): API key → body size → per-key rate limit → (chat completions) 503 when
+draining, else the running/queued bound. Refusals are typed errors rendered by ``service.api.errors`` (the one place
 errors become HTTP).
 """
 
@@ -16,11 +16,11 @@ import logging
 import re
 import time
 import uuid
-from typing import Any
+from typing import Any, Callable
 
 from service import metrics as m
 from service.api.errors import error_response
-from service.errors import PayloadTooLargeError, ServiceError
+from service.errors import NotReadyError, PayloadTooLargeError, ServiceError
 from service.limits import Admission, KeyRing, TokenBucket
 from service.logs import REQUEST_ID
 
@@ -71,8 +71,9 @@ class RequestContext:
 
 class Gate:
     def __init__(self, app: Any, keys: KeyRing, max_body: int, admission: Admission,
-                 bucket: TokenBucket | None) -> None:
+                 bucket: TokenBucket | None, draining: Callable[[], bool]) -> None:
         self.app, self.keys, self.max_body, self.admission, self.bucket = app, keys, max_body, admission, bucket
+        self.draining = draining
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
@@ -84,6 +85,8 @@ class Gate:
             if self.bucket is not None:
                 self.bucket.take(key, time.monotonic())
             admitted = scope["path"] in ADMITTED
+            if admitted and self.draining():  # not even queued: the load balancer retries elsewhere
+                raise NotReadyError("the server is shutting down; retry on another replica")
             if admitted:
                 await self.admission.acquire()
         except ServiceError as exc:
