@@ -6,6 +6,8 @@
 #   STRUCTSERVE_VENV   where the venv lives (default: ~/.cache/structserve-env/<hash of
 #                      requirements>); .venv in the repo is a symlink to it.
 #   PYTHON             the interpreter to build it from (default: python3.11, else python3)
+#   STRUCTSERVE_SETUP_DEPS_ONLY=1  stop before installing the project itself (the Dockerfile's
+#                      dependency layer, cached while only the code changes)
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -50,6 +52,11 @@ PY
 if [ "$kernel_state" = "missing" ] || { [[ "$kernel_state" == shim:* ]] && [ "$kernel_state" != "shim:$shim_version+structserve.shim" ]; }; then
   log "no real sgl_kernel: installing (or updating) the pure-torch CPU shim"
   pipq install --no-deps --force-reinstall ./shims/sgl_kernel_cpu_shim
+fi
+
+if [ -n "${STRUCTSERVE_SETUP_DEPS_ONLY:-}" ]; then
+  log "dependencies ready: $venv"
+  exit 0
 fi
 
 # The project itself, editable, re-done when the checkout moved or pyproject changed.

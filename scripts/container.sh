@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Build and run the structserve image with podman on machines without a Docker engine or an
+# image registry (the recipe of docs/deployment.md; used by tests/deploy/test_container.py).
+#
+#   scripts/container.sh build [TAG]            build the CPU image (default localhost/structserve:cpu)
+#   scripts/container.sh run NAME PORT [ARGS]   start it detached on 127.0.0.1:PORT (ARGS: more podman
+#                                               run options, e.g. -v, -e), host network
+#
+# Idempotent: podman, runc, debootstrap and nginx are installed when missing (apt, root), the
+# Debian base image is made once (debootstrap + import), and podman's layer cache makes a
+# rebuild with unchanged requirements take seconds.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+log() { printf '[container] %s\n' "$*" >&2; }
+BASE=localhost/debian-base:bookworm
+RUN_OPTS=(--runtime runc --cgroup-manager=cgroupfs)
+
+ensure_tools() {
+  local missing=()
+  for tool in podman runc debootstrap nginx; do command -v "$tool" >/dev/null || missing+=("$tool"); done
+  if [ "${#missing[@]}" -gt 0 ]; then
+    log "installing podman runc debootstrap nginx-light (missing: ${missing[*]})"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc debootstrap nginx-light >/dev/null
+  fi
+}
+
+ensure_base() {
+  podman image exists "$BASE" && return 0
+  local rootfs; rootfs="$(mktemp -d)"
+  log "debootstrap bookworm (minbase) -> $BASE"
+  debootstrap --variant=minbase bookworm "$rootfs" >/dev/null
+  tar -C "$rootfs" -c . | podman import - "$BASE" >/dev/null
+  rm -rf "$rootfs"
+}
+
+build() {
+  local tag="${1:-localhost/structserve:cpu}" args=() ca
+  ca="$(python3 -c 'import ssl; print(ssl.get_default_verify_paths().cafile or "")' 2>/dev/null || true)"
+  ca="${PIP_CERT:-${ca:-/etc/ssl/certs/ca-certificates.crt}}"
+  [ -f "$ca" ] && args+=(-v "$ca:/run/host-ca.crt:ro" --build-arg PIP_CERT=/run/host-ca.crt)
+  if [ -n "${PIP_FIND_LINKS:-}" ] && [ -d "$PIP_FIND_LINKS" ]; then
+    args+=(-v "$PIP_FIND_LINKS:/run/wheels:ro" --build-arg PIP_FIND_LINKS=/run/wheels)
+  fi
+  log "podman build $tag (base $BASE)"
+  podman build --isolation chroot --network host --ulimit nofile=1024:1024 --layers \
+    --build-arg BASE_IMAGE="$BASE" "${args[@]}" -t "$tag" "$root"
+}
+
+run() {
+  local name="$1" port="$2"; shift 2
+  podman rm -f "$name" >/dev/null 2>&1 || true
+  podman "${RUN_OPTS[@]}" run -d --name "$name" --network host \
+    --ulimit nofile=1024:1024 --ulimit nproc=4096:4096 \
+    -e STRUCTSERVE_PORT="$port" -e STRUCTSERVE_HOST=127.0.0.1 "$@" "${TAG:-localhost/structserve:cpu}"
+}
+
+cmd="${1:-build}"; shift || true
+case "$cmd" in
+  build) ensure_tools; ensure_base; build "$@" ;;
+  run) run "$@" ;;
+  *) echo "usage: $0 build [TAG] | run NAME PORT [podman run options]" >&2; exit 2 ;;
+esac
