@@ -14,34 +14,39 @@ RUN if ! command -v python3.11 >/dev/null; then \
       apt-get update && apt-get install -y --no-install-recommends python3 python3-venv ca-certificates \
       && rm -rf /var/lib/apt/lists/*; fi
 
-FROM base AS build
-# Optional, for builds behind a private CA or with local wheels: mount them at build time and
-# pass their paths (never baked into the image).
+FROM base AS deps
+# The dependency venv, in its own stage: reused (and copied into the image unchanged) while only
+# the code changes. Optional, for builds behind a private CA or with local wheels: mount them at
+# build time and pass their paths (never baked into the image).
 ARG PIP_CERT=
 ARG PIP_FIND_LINKS=
 ARG PIP_INDEX_URL=
 ARG TARGET=cpu
 ARG TORCH_NPU_SPEC=torch_npu
 WORKDIR /opt/structserve
-ENV STRUCTSERVE_VENV=/opt/venv PIP_NO_CACHE_DIR=1
-# Dependencies first: this layer is reused while only the code changes.
+ENV STRUCTSERVE_VENV=/opt/venv
+COPY requirements requirements
+COPY shims shims
+COPY scripts/setup.sh scripts/setup.sh
+RUN STRUCTSERVE_SETUP_DEPS_ONLY=1 bash scripts/setup.sh \
+    && if [ "$TARGET" = npu ]; then /opt/venv/bin/python -m pip install "$TORCH_NPU_SPEC"; fi
+
+FROM base
+ARG TARGET=cpu
+ENV STRUCTSERVE_VENV=/opt/venv
+COPY --from=deps /opt/venv /opt/venv
+WORKDIR /opt/structserve
 COPY requirements requirements
 COPY shims shims
 COPY scripts scripts
-RUN STRUCTSERVE_SETUP_DEPS_ONLY=1 bash scripts/setup.sh \
-    && if [ "$TARGET" = npu ]; then /opt/venv/bin/python -m pip install "$TORCH_NPU_SPEC"; fi
 COPY pyproject.toml README.md ./
 COPY service service
 COPY runtime_ext runtime_ext
 COPY grammars grammars
 COPY configs configs
-RUN bash scripts/setup.sh && rm -f .venv
-
-FROM base
-ARG TARGET=cpu
-COPY --from=build /opt/venv /opt/venv
-COPY --from=build /opt/structserve /opt/structserve
-RUN useradd --system --uid 10001 --create-home --home-dir /home/structserve structserve \
+# the same script again: dependencies are there (stamp), it installs the project itself
+RUN bash scripts/setup.sh && rm -f .venv \
+    && useradd --system --uid 10001 --create-home --home-dir /home/structserve structserve \
     && mkdir -p /models /cache && chown structserve /models /cache
 # /cache: the asset cache (the default model is fetched and verified there on first start);
 # /models: your own model directories (STRUCTSERVE_MODEL=/models/<name>).
@@ -53,7 +58,6 @@ ENV PATH=/opt/venv/bin:$PATH \
     HF_HUB_OFFLINE=1 \
     TOKENIZERS_PARALLELISM=false \
     STRUCTSERVE_ENGINE__DEVICE=${TARGET}
-WORKDIR /opt/structserve
 USER structserve
 EXPOSE 8000
 HEALTHCHECK --interval=15s --timeout=5s --start-period=300s --retries=3 \

@@ -6,7 +6,7 @@ at its idle baseline with the pool census balanced. Printed: requests completed 
 client / failed, TTFT and end-to-end p50/p99, tokens per second. Exit 1 on any failure.
 
     .venv/bin/python bench/load.py                     # SmolLM2, 64 clients, 2 minutes
-    .venv/bin/python bench/load.py --model qwen3_tiny --duration 20 --clients 16
+    .venv/bin/python bench/load.py --model qwen3-tiny --duration 20 --clients 16
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ async def one(client: httpx.AsyncClient, url: str, model: str, rng: random.Rando
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             choice = (json.loads(line[6:]).get("choices") or [{}])[0]
-            if (choice.get("delta") or {}).get("content"):
+            delta = choice.get("delta") or {}
+            if delta.get("content") or delta.get("reasoning_content") or delta.get("tool_calls"):
                 first, chunks = first or time.perf_counter(), chunks + 1
             finish = choice.get("finish_reason") or finish
             if hang_up and chunks >= leave_after:
@@ -97,7 +98,7 @@ async def drive(args: argparse.Namespace, server) -> tuple[list[dict], float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="smollm2", choices=["smollm2", "qwen3_tiny"])
+    parser.add_argument("--model", default="smollm2", choices=["smollm2", "qwen3-tiny"])
     parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--duration", type=float, default=120.0)
     parser.add_argument("--disconnect", type=float, default=0.3)
@@ -106,7 +107,7 @@ def main() -> int:
     from tests.api.test_disconnect import CENSUS_RE, kv_used, wait_for_kv
     from tests.server import ServerProcess
 
-    model = getattr(fetch([args.model]), args.model)
+    model = getattr(fetch([args.model]), args.model.replace("-", "_"))
     server = ServerProcess(model, "load", env={"STRUCTSERVE_ENGINE__MAX_RUNNING_REQUESTS": str(args.clients),
                                                "STRUCTSERVE_ENGINE__MAX_TOTAL_TOKENS": "32768"})
     server.start()

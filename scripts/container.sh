@@ -42,7 +42,7 @@ build() {
     args+=(-v "$PIP_FIND_LINKS:/run/wheels:ro" --build-arg PIP_FIND_LINKS=/run/wheels)
   fi
   log "podman build $tag (base $BASE)"
-  podman build --isolation chroot --network host --ulimit nofile=1024:1024 --layers \
+  podman build --format docker --isolation chroot --network host --ulimit nofile=1024:1024 --layers \
     --build-arg BASE_IMAGE="$BASE" "${args[@]}" -t "$tag" "$root"
 }
 
