@@ -9,10 +9,12 @@
 ARG BASE_IMAGE=python:3.11-slim-bookworm
 
 FROM ${BASE_IMAGE} AS base
-# Debian's own python3 (3.11 on bookworm) when the base image has none.
-RUN if ! command -v python3.11 >/dev/null; then \
-      apt-get update && apt-get install -y --no-install-recommends python3 python3-venv ca-certificates \
-      && rm -rf /var/lib/apt/lists/*; fi
+# g++: SGLang's CPU path compiles kernels with torch inductor at the first request. Debian's own
+# python3 (3.11 on bookworm, with headers) when the base image has none.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends g++ ca-certificates \
+       $(command -v python3.11 >/dev/null || echo python3 python3-venv python3-dev) \
+    && rm -rf /var/lib/apt/lists/*
 
 FROM base AS deps
 # The dependency venv, in its own stage: reused (and copied into the image unchanged) while only
