@@ -21,6 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "container.sh"
 PODMAN = ["podman", "--runtime", "runc", "--cgroup-manager=cgroupfs"]
 MODEL_IN_IMAGE = "/models/qwen3-tiny"
+# a cold build (apt, debootstrap, the dependency layer) takes ~9 min here; warm, about 1
+pytestmark = pytest.mark.timeout(2400)
 
 
 def sh(*cmd: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
