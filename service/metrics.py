@@ -14,8 +14,8 @@ LATENCY = Histogram("structserve_request_seconds", "End-to-end request time by r
 TTFT = Histogram("structserve_time_to_first_token_seconds",
                  "Streaming chat completions: time from the request to its first generated token",
                  registry=REGISTRY, buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32))
-TOKENS = Counter("structserve_tokens", "Tokens served: prompt, completion (reasoning included), reasoning",
-                 ["kind"], registry=REGISTRY)
+TOKENS = Counter("structserve_tokens", "Tokens served: prompt, cached (prompt tokens reused from the prefix cache, "
+                 "any backend), completion (reasoning included), reasoning", ["kind"], registry=REGISTRY)
 ACTIVE = Gauge("structserve_requests_running", "Chat requests admitted and being served", registry=REGISTRY)
 QUEUED = Gauge("structserve_requests_queued", "Chat requests waiting for admission", registry=REGISTRY)
 KV_USED = Gauge("structserve_kv_used_tokens", "KV pool tokens held by running requests", registry=REGISTRY)
@@ -70,5 +70,6 @@ SCHEMA_VALIDATION_FAILURES = Counter(
 def record_usage(usage: Any) -> None:
     """Token counters from a response's ``usage`` (service.protocol.openai.Usage)."""
     TOKENS.labels(kind="prompt").inc(usage.prompt_tokens)
+    TOKENS.labels(kind="cached").inc((usage.prompt_tokens_details or {}).get("cached_tokens", 0))
     TOKENS.labels(kind="completion").inc(usage.completion_tokens)
     TOKENS.labels(kind="reasoning").inc((usage.completion_tokens_details or {}).get("reasoning_tokens", 0))

@@ -137,7 +137,8 @@ def test_serving_metrics(prod):
     for name in ("structserve_requests_total{route=\"/v1/chat/completions\",status=\"200\"}",
                  "structserve_request_seconds_bucket", "structserve_time_to_first_token_seconds_count",
                  "structserve_tokens_total{kind=\"prompt\"}", "structserve_tokens_total{kind=\"completion\"}",
-                 "structserve_tokens_total{kind=\"reasoning\"}", "structserve_requests_running",
+                 "structserve_tokens_total{kind=\"reasoning\"}", "structserve_tokens_total{kind=\"cached\"}",
+                 "structserve_requests_running",
                  "structserve_requests_queued", "structserve_kv_used_tokens", "structserve_grammar_cache_total"):
         assert name in text, name
     ttft = float(text.split("structserve_time_to_first_token_seconds_count ")[1].split()[0])
