@@ -121,7 +121,7 @@ def _add_gate(app: FastAPI, settings: Settings, state: ServiceState) -> None:
     state.admission = Admission(lim.max_running, lim.max_queued, lim.retry_after_s)
     bucket = TokenBucket(lim.rate_limit_per_minute, lim.rate_limit_burst) if lim.rate_limit_per_minute else None
     app.add_middleware(Gate, keys=keys, max_body=lim.max_body_bytes, admission=state.admission, bucket=bucket,
-                       draining=lambda: state.draining)
+                       not_ready=state.not_ready_reason)
     app.add_middleware(RequestContext, counters=state.counters)
     log.info("API keys: %s; limits: %s", f"{len(keys.keys)} configured" if keys.enabled else "off (open API)",
              lim.model_dump())

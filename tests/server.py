@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import httpx
 
@@ -19,6 +20,22 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def wait_ready(base_url: str, alive: Callable[[], str | None], timeout: float) -> None:
+    """Poll ``base_url``/ready until 200; ``alive()`` returns why the server is gone (it raises
+    RuntimeError with that) or None."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (gone := alive()) is not None:
+            raise RuntimeError(gone)
+        try:
+            if httpx.get(f"{base_url}/ready", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise TimeoutError(f"{base_url} not ready after {timeout:.0f}s")
 
 
 class ServerProcess:
@@ -43,18 +60,16 @@ class ServerProcess:
         cmd = [sys.executable, "-m", "service", "serve", "--model", str(self.model_dir), "--port", str(self.port)]
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(cmd, env=self.env, stdout=self._log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode}; log:\n{self.log_tail()}")
-            try:
-                if httpx.get(f"{self.base_url}/ready", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        self.stop()
-        raise RuntimeError(f"server not ready after {STARTUP_TIMEOUT_S}s; log:\n{self.log_tail()}")
+
+        def alive() -> str | None:
+            code = self.proc.poll()
+            return None if code is None else f"server exited with {code}; log:\n{self.log_tail()}"
+
+        try:
+            wait_ready(self.base_url, alive, STARTUP_TIMEOUT_S)
+        except TimeoutError as exc:
+            self.stop()
+            raise RuntimeError(f"{exc}; log:\n{self.log_tail()}") from None
 
     def log_tail(self, n: int = 60) -> str:
         lines = self.log_path.read_text(errors="replace").splitlines()

@@ -29,7 +29,18 @@ class ServiceState:
 
     @property
     def ready(self) -> bool:
-        return self.pipeline is not None and not self.draining and self.failure is None
+        return self.not_ready_reason() is None
+
+    def not_ready_reason(self) -> str | None:
+        """Why requests cannot be served now (None: they can). /ready, the chat route and the
+        gate (before queueing) all refuse with this reason."""
+        if self.failure is not None:
+            return f"the engine failed to start: {self.failure}"
+        if self.draining:
+            return "the server is shutting down; retry on another replica"
+        if self.pipeline is None:
+            return "the model is still loading; retry when GET /ready returns 200"
+        return None
 
 
 def get_state(request: Request) -> ServiceState:
@@ -38,10 +49,6 @@ def get_state(request: Request) -> ServiceState:
 
 def ready_pipeline(request: Request) -> ChatPipeline:
     state = get_state(request)
-    if state.failure is not None:
-        raise NotReadyError(f"the engine failed to start: {state.failure}")
-    if state.draining:
-        raise NotReadyError("the server is shutting down; retry on another replica")
-    if state.pipeline is None:
-        raise NotReadyError("the model is still loading; retry when GET /ready returns 200")
+    if (reason := state.not_ready_reason()) is not None:
+        raise NotReadyError(reason)
     return state.pipeline

@@ -6,7 +6,7 @@ else generated; returned on the response), one JSON access log line, request cou
 by route and status, the count of ``/v1/`` requests in flight (graceful drain waits on it).
 
 ``Gate`` (``/v1/`` paths): API key → body size → per-key rate limit → (chat completions) 503 when
-draining, else the running/queued bound. Refusals are typed errors rendered by ``service.api.errors`` (the one place
+not ready (loading, failed, draining), else the running/queued bound. Refusals are typed errors rendered by ``service.api.errors`` (the one place
 errors become HTTP).
 """
 
@@ -71,9 +71,9 @@ class RequestContext:
 
 class Gate:
     def __init__(self, app: Any, keys: KeyRing, max_body: int, admission: Admission,
-                 bucket: TokenBucket | None, draining: Callable[[], bool]) -> None:
+                 bucket: TokenBucket | None, not_ready: Callable[[], str | None]) -> None:
         self.app, self.keys, self.max_body, self.admission, self.bucket = app, keys, max_body, admission, bucket
-        self.draining = draining
+        self.not_ready = not_ready
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
@@ -85,8 +85,8 @@ class Gate:
             if self.bucket is not None:
                 self.bucket.take(key, time.monotonic())
             admitted = scope["path"] in ADMITTED
-            if admitted and self.draining():  # not even queued: the load balancer retries elsewhere
-                raise NotReadyError("the server is shutting down; retry on another replica")
+            if admitted and (reason := self.not_ready()) is not None:
+                raise NotReadyError(reason)  # not even queued: the load balancer retries elsewhere
             if admitted:
                 await self.admission.acquire()
         except ServiceError as exc:

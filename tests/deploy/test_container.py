@@ -15,7 +15,7 @@ import httpx
 import openai
 import pytest
 
-from tests.server import free_port
+from tests.server import free_port, wait_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "container.sh"
@@ -48,17 +48,14 @@ class Container:
            "-e", "STRUCTSERVE_REASONING__DEFAULT_THINKING=false", "-e", "STRUCTSERVE_ENGINE__MAX_TOTAL_TOKENS=8192")
 
     def wait_ready(self, timeout: float = 420) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def alive() -> str | None:
             state = sh(*PODMAN, "inspect", "-f", "{{.State.Status}}", self.name, check=False).stdout.strip()
-            assert state == "running", f"container {self.name} is {state}: {self.logs()}"
-            try:
-                if httpx.get(f"{self.url}/ready", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(1)
-        raise AssertionError(f"{self.name} not ready: {self.logs()}")
+            return None if state == "running" else f"container {self.name} is {state}: {self.logs()}"
+
+        try:
+            wait_ready(self.url, alive, timeout)
+        except TimeoutError as exc:
+            raise AssertionError(f"{exc}: {self.logs()}") from None
 
     def logs(self) -> str:
         return sh(*PODMAN, "logs", "--tail", "40", self.name, check=False).stderr[-4000:]

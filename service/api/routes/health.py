@@ -20,12 +20,7 @@ async def health() -> dict[str, str]:
 
 @router.get("/ready")
 async def ready(state: Annotated[ServiceState, Depends(get_state)]) -> JSONResponse:
-    if state.ready:
+    reason = state.not_ready_reason()
+    if reason is None:
         return JSONResponse({"status": "ready", "model": state.served_model_name})
-    if state.failure is not None:
-        reason = f"the engine failed to start: {state.failure}"
-    elif state.draining:
-        reason = "draining: the server is shutting down"
-    else:
-        reason = "loading: the engine is not up yet"
     return JSONResponse(status_code=503, content=error_body(reason, "service_unavailable", None, "not_ready"))
