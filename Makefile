@@ -18,7 +18,7 @@ serve: setup
 test: assets
 	@$(VENV_PY) -m pytest $(PYTEST_ARGS)
 
-# Milliseconds-fast logic tests only (no engine, no assets).
+# Milliseconds-fast logic tests only: no engine, no assets (tests/unit/conftest.py enforces it).
 test-unit: setup
 	@$(VENV_PY) -m pytest tests/unit $(PYTEST_ARGS)
 

@@ -1,10 +1,13 @@
-"""The real chat templates with tools: Qwen3 renders them itself, SmolLM2 gets them inlined."""
+"""The real chat templates (fetched assets, no engine): Qwen3 renders tools itself, SmolLM2 gets them
+inlined; the reasoning markers are single tokens of the serving tokenizer."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from runtime_ext.formats import get_format
+from runtime_ext.formats import get_format, template_renders_tools
 from service.pipeline.prompt import build_prompt
 from service.pipeline.types import ServingLimits
 from service.pipeline.validate import validate_request
@@ -28,13 +31,6 @@ def _render(model_dir, fmt_name):
     req = validate_request(ChatCompletionRequest(model="m", messages=MESSAGES, tools=[TOOL]), LIMITS)
     ids = build_prompt(req, template, get_format(fmt_name)).token_ids
     return template, template.tokenizer.decode(list(ids))
-
-
-@pytest.fixture(scope="module")
-def assets():
-    from service.assets import fetch
-
-    return fetch()
 
 
 def test_qwen3_template_renders_tools_calls_and_results(assets):
@@ -65,3 +61,9 @@ def test_reasoning_markers_resolve_to_single_tokens_of_the_serving_tokenizer(ass
     assert template.tokenizer.decode(list(setup.forced_ids)) == "\n</think>\n\n"
     with pytest.raises(ReasoningMarkerError, match="not one"):
         ReasoningSetup.build(ReasoningFormat("generic", "<<plan>>", "<</plan>>"), template.encode)
+
+
+@pytest.mark.parametrize("model, expected", [("qwen3_tiny", True), ("smollm2", False)])
+def test_real_chat_templates(assets, model: str, expected: bool) -> None:
+    config = getattr(assets, model) / "tokenizer_config.json"
+    assert template_renders_tools(json.loads(config.read_text())["chat_template"]) is expected
