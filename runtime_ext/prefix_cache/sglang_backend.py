@@ -4,11 +4,14 @@ Registered with ``register_radix_cache_backend``; selected by the service with
 ``radix_cache_backend="structserve_combined"``; ``C`` from ``STRUCTSERVE_COMBINE_BLOCKS`` (set
 before the engine spawns its scheduler). It is SGLang's ``RadixCache`` (its insert / lock /
 evict / free contracts unchanged) with one difference: a match is cut to whole units of
-``C`` pages (``C * page_size`` tokens). When the cut falls inside the found prefix, the cut
-prefix is matched again, which splits the node exactly at the cut, so the returned node sits
-at the cut and locking it protects exactly the reused pages (the pages beyond it stay in the
-tree, unlocked, like any unmatched cached pages). ``checkpoint`` re-matches what the request itself just inserted and must
-see all of it, so it bypasses the cut.
+``C`` pages (``C * page_size`` tokens). A read-only walk (no access time refreshed, no split)
+measures the found prefix; then only the nodes up to the cut get a fresh access time, and the
+node the cut falls in is split exactly at the cut, so the returned node sits at the cut and
+locking it protects exactly the reused pages. The pages beyond the cut stay in the tree,
+unlocked and with their old access time, like any unmatched cached pages, so LRU eviction
+still sees them as unused (``touch_prefix``, which keeps a waiting request's prefix warm, does
+the same). ``checkpoint`` re-matches what the request itself just inserted and must see all of
+it, so it bypasses the cut.
 
 Counters (hit / miss tokens, abandoned pages: matched pages dropped because their unit was
 incomplete, evicted tokens) are reported through the plugin report and ``/metrics``. With
@@ -21,6 +24,7 @@ so the draft model recomputes it (its hidden states are not cached). ``STRUCTSER
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from sglang.srt.mem_cache.base_prefix_cache import MatchResult
@@ -42,26 +46,53 @@ class CombinedRadixCache(RadixCache):
         self.unit = self.page_size * combine_blocks
         STATS.update(backend=NAME, combine_blocks=combine_blocks)
 
-    def _usable(self, found: int) -> int:
+    def _cut(self, found: int) -> int:
         """Tokens of a found prefix that may be reused: whole units; with EAGLE (per-page mode)
         one page less, so the draft recomputes the last page."""
         usable = found // self.unit * self.unit
-        STATS["abandoned_pages"] += (found - usable) // self.page_size
-        if self.is_eagle and usable:
-            usable -= self.page_size
-            STATS["draft_dropped_pages"] += 1
-        return usable
+        return usable - self.page_size if self.is_eagle and usable else usable
+
+    def _walk(self, key: Any) -> list:
+        """The nodes along the longest cached prefix of a page-aligned ``key``, each with the
+        tokens of it that match. Reads only: no access time refreshed, no node split."""
+        node, path = self.root_node, []
+        while len(key):
+            child = node.children.get(key.child_key(self.page_size))
+            if child is None:
+                break
+            matched = child.key.match(key, page_size=self.page_size)
+            path.append((child, matched))
+            if matched < len(child.key):
+                break
+            node, key = child, key[matched:]
+        return path
+
+    def _take(self, path: list, usable: int) -> Any:
+        """Refresh the access time of the nodes holding the first ``usable`` tokens of ``path``
+        only, splitting the node the cut falls in (its part beyond the cut keeps its old time,
+        so eviction still sees it as unused); returns the node at the cut."""
+        now = time.monotonic()
+        node, depth = self.root_node, 0
+        node.last_access_time = now
+        for child, _ in path:
+            if depth >= usable:
+                break
+            if depth + len(child.key) > usable:
+                child = self._split_node(child.key, child, usable - depth)
+            child.last_access_time = now
+            node, depth = child, depth + len(child.key)
+        return node
 
     def _match_units(self, key: Any) -> tuple[int, Any]:
-        """(usable tokens, node at that depth) for a page-aligned ``key``. One traversal when the
-        found prefix is unit-aligned (the common case); a second, shorter one to split exactly at
-        the unit boundary otherwise. Splitting at the found boundary is what SGLang does anyway."""
-        values, node = self._match_prefix_helper(self.root_node, key)
-        found = sum(len(v) for v in values)
-        usable = self._usable(found)
-        if usable and usable < found:
-            _, node = self._match_prefix_helper(self.root_node, key[:usable])
-        return usable, node
+        """(usable tokens, node at that depth) for a page-aligned ``key``: a read-only walk
+        measures the found prefix, then only the nodes up to the unit cut are touched."""
+        path = self._walk(key)
+        found = sum(matched for _, matched in path)
+        units = found // self.unit * self.unit
+        STATS["abandoned_pages"] += (found - units) // self.page_size
+        STATS["draft_dropped_pages"] += int(self.is_eagle and units > 0)
+        usable = self._cut(found)
+        return usable, self._take(path, usable) if usable else None
 
     def match_prefix(self, params: Any) -> MatchResult:
         if self._raw_match or self.disable:
@@ -100,8 +131,14 @@ class CombinedRadixCache(RadixCache):
             self.events.cleared()
 
     def touch_prefix(self, key: Any) -> None:
-        if not self.disable and len(key.page_aligned(self.page_size)):
-            self._match_prefix_helper(self.root_node, key.page_aligned(self.page_size))
+        """A waiting request keeps warm only what its match would reuse (the whole units)."""
+        key, _ = key.maybe_to_bigram_view(self.is_eagle)
+        aligned = key.page_aligned(self.page_size)
+        if not self.disable and len(aligned):
+            path = self._walk(aligned)
+            usable = self._cut(sum(matched for _, matched in path))
+            if usable:
+                self._take(path, usable)
 
     def evict(self, params: Any) -> Any:
         result = super().evict(params)

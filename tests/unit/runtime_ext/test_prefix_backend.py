@@ -1,6 +1,7 @@
 """The SGLang backend (CombinedRadixCache, a real sglang RadixCache subclass, no engine) agrees
 with the pure matcher on random page trees: same reused pages, in whole units, and the node it
-returns sits exactly at the cut (so a lock protects exactly the reused pages)."""
+returns sits exactly at the cut (so a lock protects exactly the reused pages). Pages beyond the
+cut keep their LRU time, so SGLang's own eviction (with its real page allocator) drops them first."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import random
 
 import pytest
 import torch
-from sglang.srt.mem_cache.base_prefix_cache import InsertParams, MatchPrefixParams
+from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
+from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams
 from sglang.srt.mem_cache.cache_init_params import CacheInitParams
 from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey
 
@@ -61,3 +63,34 @@ def test_eagle_per_page_mode_drops_the_last_matched_page():
         assert got == max(0, expected - P)
         seen.add(expected > 0)
     assert seen == {True, False}  # both cases happened
+
+
+@pytest.mark.parametrize("how", ["match", "touch"])
+def test_pages_beyond_the_cut_keep_their_lru_time_and_are_evicted_first(how):
+    """A match (or a waiting request's touch) that is cut at a unit boundary refreshes only the
+    reused pages: the page beyond the cut keeps the time it was stored at, so eviction takes it
+    before a prefix stored (used) after it."""
+    allocator = PagedTokenToKVPoolAllocator(16 * P, P, torch.float32, "cpu", None, False)
+    cache = CombinedRadixCache(CacheInitParams(disable=False, req_to_token_pool=None,
+                                               token_to_kv_pool_allocator=allocator, page_size=P), 2)
+    old, newer = list(range(100, 100 + 3 * P)), [7] * (2 * P)  # one unit + one page; one unit
+    for seq in (old, newer):
+        cache.insert(InsertParams(key=RadixKey(seq), value=allocator.alloc(len(seq))))
+    stored_at = {name: cache.root_node.children[tuple(seq[:P])].last_access_time
+                 for name, seq in (("old", old), ("newer", newer))}
+    assert stored_at["old"] < stored_at["newer"]
+    query = RadixKey(old + [1] * P)  # finds 3 pages, reuses the first unit (2 pages)
+    if how == "match":
+        result = cache.match_prefix(MatchPrefixParams(key=query))
+        assert result.device_prefix_len == 2 * P
+        cache.inc_lock_ref(result.last_device_node)  # the request holds what it reuses
+    else:
+        cache.touch_prefix(query)
+    head = cache.root_node.children[tuple(old[:P])]
+    tail = head.children[tuple(old[2 * P:])]
+    assert len(head.key) == 2 * P and head.last_access_time > stored_at["newer"]
+    assert tail.last_access_time == stored_at["old"]  # untouched by the match
+    free = allocator.available_size()
+    assert cache.evict(EvictParams(num_tokens=P)).num_tokens_evicted == P
+    assert tuple(old[2 * P:]) not in head.children and allocator.available_size() == free + P
+    assert tuple(newer[:P]) in cache.root_node.children  # the more recently used prefix stays
