@@ -31,6 +31,9 @@ class InvalidRequestError(ServiceError):
 
 
 class ModelNotFoundError(InvalidRequestError):
+    """The request names a model this server does not serve (404, as OpenAI answers)."""
+
+    status = 404
     code = "model_not_found"
 
 

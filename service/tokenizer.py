@@ -63,6 +63,8 @@ def _as_dict(message: Message) -> dict[str, Any]:
         out["name"] = message.name
     if message.tool_call_id:
         out["tool_call_id"] = message.tool_call_id
+    if message.reasoning is not None:  # the template decides what to render of it (Qwen3's does)
+        out["reasoning_content"] = message.reasoning
     if message.tool_calls:
         out["tool_calls"] = [
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.loads(c.arguments)}}

@@ -50,6 +50,13 @@ _HINTS = {
     "\"required\", \"tools\": [...]}}",
 }
 
+# strict typed fields (no coercion, as OpenAI): say which JSON type to send
+_TYPE_HINTS = {
+    "bool_type": "must be a JSON boolean, true or false (not a string or a number)",
+    "int_type": "must be a JSON integer such as 5 (not a string, a boolean or a number with a fraction)",
+    "float_type": "must be a JSON number such as 0.5 (not a string or a boolean)",
+}
+
 
 def _validation_body(exc: RequestValidationError) -> dict[str, Any]:
     """Translate pydantic's first complaint into one message that says what to change."""
@@ -70,8 +77,12 @@ def _validation_body(exc: RequestValidationError) -> dict[str, Any]:
     if kind == "missing":
         what = f"'{param}' is required" if param else "a JSON request body is required"
         return error_body(what, "invalid_request_error", param, "missing_required_parameter")
+    if kind == "none_required":  # the null-only fields of a returned message sent back
+        message = f"'{param}' is only accepted as null (this server never produces it); remove it"
+        return error_body(message, "invalid_request_error", param, "invalid_value")
     where = f"'{param}'" if param else "the request body"
-    message = f"{where}: {_HINTS.get(param or '') or first.get('msg', 'invalid value')}"
+    hint = _HINTS.get(param or "") or _TYPE_HINTS.get(kind) or first.get("msg", "invalid value")
+    message = f"{where}: {hint}"
     extra = len(errors) - 1
     if extra:
         message += f" (and {extra} more problem{'s' if extra > 1 else ''})"

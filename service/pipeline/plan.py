@@ -56,6 +56,8 @@ def _reasoning(req: ValidatedRequest, setup: ReasoningSetup | None, max_new: int
     if setup is None or req.reasoning is None or not req.reasoning.thinking:
         return None
     budget = req.reasoning.budget
+    if budget is not None and req.reasoning.from_effort:  # a hint: clamped, never an error
+        return setup.plan(effort_budget(budget, max_new, len(setup.forced_ids)))
     if budget is not None and budget >= max_new:
         raise ContextLengthError(
             f"'max_reasoning_tokens' ({budget}) leaves no room for the answer: at most {max_new} tokens can "
@@ -63,3 +65,15 @@ def _reasoning(req: ValidatedRequest, setup: ReasoningSetup | None, max_new: int
             param="max_reasoning_tokens",
         )
     return setup.plan(budget)
+
+
+# an effort's budget leaves the answer at least this share of max_tokens (and at least 1 token)
+ANSWER_SHARE = 8
+
+
+def effort_budget(budget: int, max_new: int, marker_tokens: int) -> int:
+    """``reasoning_effort``'s budget clamped to what ``max_new`` (max_tokens, or the room the
+    context leaves) allows: the forced end marker (``marker_tokens``) and an answer of at
+    least ``max_new // ANSWER_SHARE`` tokens (at least 1) must still fit. Never below 0."""
+    room = max_new - marker_tokens - max(1, max_new // ANSWER_SHARE)
+    return max(0, min(budget, room))

@@ -52,7 +52,8 @@ def inline_tools(messages: tuple[Message, ...], tools: ToolRequest, fmt: ToolFor
 def _inline(message: Message, fmt: ToolFormat, names: dict[str, str]) -> Message:
     if message.tool_calls:
         calls = render_calls(fmt, [(c.name, c.arguments) for c in message.tool_calls])
-        return Message("assistant", f"{message.content}\n{calls}" if message.content else calls)
+        text = f"{message.content}\n{calls}" if message.content else calls
+        return Message("assistant", text, reasoning=message.reasoning)
     if message.role == "tool":
         name = names.get(message.tool_call_id or "", "the function")
         return Message("user", f"Result of {name} (call {message.tool_call_id}):\n{message.content}")

@@ -6,7 +6,8 @@ Fields: ``enable_thinking`` (top level) and ``chat_template_kwargs.enable_thinki
 in config ``reasoning.effort_budgets``), ``max_reasoning_tokens`` (alias
 ``max_thinking_tokens``; with ``reasoning_effort`` too it is an error). An effort or a
 budget turns thinking on unless the request turns it off (then it is an error).
-``max_tokens`` covers reasoning and answer, so a budget must be below it.
+``max_tokens`` covers reasoning and answer, so an explicit budget must be below it; an
+effort's budget is a hint, clamped by the plan stage to leave room for the answer.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ def validate_reasoning(
                                   "remove it or set enable_thinking to true", param=_asked_param(req))
     if not thinking:
         return ReasoningRequest(thinking=False)
-    return ReasoningRequest(True, _budget(req, policy, max_tokens, max_tokens_param))
+    from_effort = req.max_reasoning_tokens is None and req.reasoning_effort is not None
+    return ReasoningRequest(True, _budget(req, policy, max_tokens, max_tokens_param), from_effort)
 
 
 def _enable_thinking(req: ChatCompletionRequest) -> bool | None:

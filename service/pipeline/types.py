@@ -24,6 +24,7 @@ class Message:
     name: str | None = None
     tool_call_id: str | None = None
     tool_calls: tuple[ToolCallRecord, ...] = ()
+    reasoning: str | None = None  # an earlier assistant turn's reasoning, for the chat template
 
 
 @dataclass(frozen=True)
@@ -90,10 +91,13 @@ class DecodeConstraint:
 
 @dataclass(frozen=True)
 class ReasoningRequest:
-    """Thinking on/off and the exact budget (None = bounded by max_tokens only)."""
+    """Thinking on/off and the exact budget (None = bounded by max_tokens only).
+    ``from_effort``: the budget came from ``reasoning_effort`` (a hint: the plan stage clamps
+    it to what max_tokens leaves for an answer) rather than an explicit ``max_reasoning_tokens``."""
 
     thinking: bool
     budget: int | None = None
+    from_effort: bool = False
 
 
 @dataclass(frozen=True)

@@ -76,14 +76,31 @@ def _messages(messages: list[ChatMessage]) -> tuple[Message, ...]:
         call_ids.update(call.id for call in calls)
         if msg.role == "tool":
             check_tool_results(call_ids, msg, i)
-        content = "" if calls and msg.content is None else _text(msg, i)
+        reasoning = _reasoning_of(msg, i)
+        content = "" if (calls or reasoning is not None) and msg.content is None else _text(msg, i)
         role = "system" if msg.role == "developer" else msg.role
-        out.append(Message(role, content, msg.name, msg.tool_call_id, calls))
+        out.append(Message(role, content, msg.name, msg.tool_call_id, calls, reasoning))
     if all(m.role == "system" for m in out):
         raise InvalidRequestError(
             "'messages' holds only system messages; add a user message", param="messages"
         )
     return tuple(out)
+
+
+def _reasoning_of(msg: ChatMessage, index: int) -> str | None:
+    """The reasoning of an assistant message sent back as history (``reasoning_content`` and
+    ``reasoning`` carry the same text, as this server returns them); it goes to the template."""
+    given = {f: v for f in ("reasoning_content", "reasoning") if (v := getattr(msg, f)) is not None}
+    if given and msg.role != "assistant":
+        field = next(iter(given))
+        raise InvalidRequestError(
+            f"messages[{index}] has '{field}' but role '{msg.role}'; only assistant messages carry "
+            "reasoning", param=f"messages.{index}.{field}")
+    if len(set(given.values())) > 1:
+        raise InvalidRequestError(
+            f"messages[{index}].reasoning_content and .reasoning differ; send one of them (or the same text)",
+            param=f"messages.{index}.reasoning")
+    return next(iter(given.values()), None)
 
 
 def _text(msg: ChatMessage, index: int) -> str:

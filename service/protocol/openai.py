@@ -1,7 +1,9 @@
 """Pydantic models of the OpenAI chat-completions wire format (shapes only, no logic).
 
 Requests forbid unknown fields: a parameter this server does not implement is a 400
-naming it, never silently dropped.
+naming it, never silently dropped. Request fields are strict, as OpenAI's are: no
+coercion ("yes" is not a boolean, "5" and 5.0 are not integers, "0.5" is not a number;
+an integer is a valid number).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True)
 
 
 class TextPart(_Strict):
@@ -37,6 +39,16 @@ class ChatMessage(_Strict):
     name: str | None = None
     tool_call_id: str | None = None
     tool_calls: list[ToolCall] | None = None
+    # an assistant message this server returned, sent back as history (agent loops): the
+    # reasoning fields it carries go to the chat template (the validate stage checks the role)
+    reasoning_content: str | None = None
+    reasoning: str | None = None
+    # what the openai client adds when it dumps a returned message (``.model_dump()``): this
+    # server never produces them, so they are accepted as null only
+    refusal: None = None
+    annotations: None = None
+    audio: None = None
+    function_call: None = None
 
 
 TOOL_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
@@ -118,7 +130,7 @@ class ChatCompletionRequest(_Strict):
     chat_template_kwargs: dict[str, Any] | None = None
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
     max_reasoning_tokens: int | None = Field(
-        None, strict=True, validation_alias=AliasChoices("max_reasoning_tokens", "max_thinking_tokens")
+        None, validation_alias=AliasChoices("max_reasoning_tokens", "max_thinking_tokens")
     )
     # structserve extension: accept schema keywords the grammar cannot enforce exactly
     # (they are dropped from the grammar; the output is still validated against them).

@@ -67,6 +67,23 @@ def test_stream_concatenates_to_the_non_stream_text(client, qwen_server, make):
     assert (usage.prompt_tokens, usage.completion_tokens) == (full.usage.prompt_tokens, full.usage.completion_tokens)
 
 
+def test_stream_usage_reports_cached_tokens(client, qwen_server):
+    """usage.prompt_tokens_details.cached_tokens is in the streamed usage chunk too: present on
+    both requests, and the second, identical prompt is served from the prefix cache."""
+    messages = [{"role": "user", "content": "Cache check: list three robots. " * 6}]
+    usages = []
+    for _ in range(2):
+        stream = client.chat.completions.create(model=qwen_server.model_name, messages=messages, max_tokens=4,
+                                                temperature=0, stream=True, stream_options={"include_usage": True})
+        usages.append([c.usage for c in stream if c.usage is not None])
+    assert [len(u) for u in usages] == [1, 1]
+    first, second = usages[0][0], usages[1][0]
+    assert first.prompt_tokens_details is not None and isinstance(first.prompt_tokens_details.cached_tokens, int)
+    assert second.prompt_tokens_details is not None and isinstance(second.prompt_tokens_details.cached_tokens, int)
+    assert first.prompt_tokens_details.cached_tokens < second.prompt_tokens_details.cached_tokens
+    assert second.prompt_tokens_details.cached_tokens <= second.prompt_tokens == first.prompt_tokens
+
+
 def test_stream_without_include_usage_sends_no_usage(client, qwen_server):
     chunks = list(_greedy(client, qwen_server.model_name, max_tokens=5, stream=True))
     assert all(c.usage is None for c in chunks)

@@ -22,7 +22,7 @@ def fn(name, parameters=None):
 
 CASES = [
     # (id, overrides or raw bytes, status, param, words in message)
-    ("unknown-model", {"model": "gpt-4o"}, 400, "model", "not served"),
+    ("unknown-model", {"model": "gpt-4o"}, 404, "model", "not served"),  # as OpenAI: 404 model_not_found
     ("empty-messages", {"messages": []}, 400, "messages", "at least one"),
     ("missing-messages", {"messages": ...}, 400, "messages", "required"),
     ("bad-role", {"messages": [{"role": "wizard", "content": "x"}]}, 400, "messages.0.role", "user"),
@@ -32,6 +32,12 @@ CASES = [
     ("max-completion-tokens-beyond-context", {"max_tokens": ..., "max_completion_tokens": 10**6}, 400,
      "max_completion_tokens", "at most"),
     ("max-tokens-not-int", {"max_tokens": "many"}, 400, "max_tokens", "integer"),
+    ("max-tokens-numeric-string", {"max_tokens": "4"}, 400, "max_tokens", "integer"),  # strict: no coercion
+    ("stream-as-string", {"stream": "yes"}, 400, "stream", "boolean"),
+    ("temperature-as-string", {"temperature": "0.5"}, 400, "temperature", "number"),
+    ("returned-message-with-refusal", {"messages": [{"role": "user", "content": "a"}, {
+        "role": "assistant", "content": "b", "refusal": "no"}, {"role": "user", "content": "c"}]}, 400,
+     "messages.1.refusal", "only accepted as null"),
     ("negative-temperature", {"temperature": -0.5}, 400, "temperature", "greater than or equal"),
     ("top-p-zero", {"top_p": 0}, 400, "top_p", "greater than"),
     ("n-too-large", {"n": 100}, 400, "n", "between 1 and"),
@@ -121,7 +127,8 @@ def test_unknown_route_and_method(qwen_server):
     r405 = httpx.get(f"{qwen_server.base_url}/v1/chat/completions", timeout=30)
     assert r405.status_code == 405 and r405.json()["error"]["type"] == "invalid_request_error"
     unknown_model = httpx.get(f"{qwen_server.base_url}/v1/models/nope", timeout=30)
-    assert unknown_model.status_code == 400 and unknown_model.json()["error"]["param"] == "model"
+    assert unknown_model.status_code == 404 and unknown_model.json()["error"]["param"] == "model"
+    assert unknown_model.json()["error"]["code"] == "model_not_found"
 
 
 def test_server_still_serves_after_bad_input(qwen_server):
