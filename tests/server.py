@@ -39,8 +39,9 @@ def wait_ready(base_url: str, alive: Callable[[], str | None], timeout: float) -
 
 
 class ServerProcess:
-    def __init__(self, model_dir: Path, name: str, env: dict[str, str] | None = None):
+    def __init__(self, model_dir: Path, name: str, env: dict[str, str] | None = None, module: str = "service"):
         self.model_dir = Path(model_dir)
+        self.module = module  # run as `python -m <module> serve` (tests.scripted_serve: a test hook)
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.log_path = Path(os.environ.get("PYTEST_SERVER_LOG_DIR", "/tmp")) / f"structserve-{name}-{self.port}.log"
@@ -57,7 +58,7 @@ class ServerProcess:
         return self.model_dir.name
 
     def start(self) -> None:
-        cmd = [sys.executable, "-m", "service", "serve", "--model", str(self.model_dir), "--port", str(self.port)]
+        cmd = [sys.executable, "-m", self.module, "serve", "--model", str(self.model_dir), "--port", str(self.port)]
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(cmd, env=self.env, stdout=self._log, stderr=subprocess.STDOUT)
 

@@ -94,7 +94,10 @@ async def run_choice(engine: EngineClient, plan: GenerationPlan, rid: str) -> As
 
 
 def _reasoning_count(delta: EngineDelta, r: ReasoningPlan) -> int:
-    return delta.completion_tokens - (1 if delta.matched_stop in (r.end_id, r.end_text) else 0)
+    """Reasoning tokens so far: the token that stopped the phase (the end marker, or EOS)
+    counts as a completion token but is not reasoning."""
+    stopped = isinstance(delta.matched_stop, int) or delta.matched_stop == r.end_text
+    return delta.completion_tokens - (1 if delta.finish_reason == "stop" and stopped else 0)
 
 
 def _no_answer(last: EngineDelta | None, plan: GenerationPlan, used: int) -> EngineDelta:

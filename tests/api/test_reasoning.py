@@ -1,17 +1,26 @@
 """Reasoning through the real engine on the tiny Qwen3 (real Qwen3 template and tokenizer).
 
-The random-weight model never closes ``</think>`` by itself, so every budget is spent in
-full and the end marker is forced: the reasoning-token count must equal the budget.
+The random-weight model never closes ``</think>`` by itself, so on ``qwen_server`` every
+budget is spent in full and the end marker is forced: the reasoning-token count must equal
+the budget. ``scripted`` is the same service started through tests/scripted_serve.py, whose
+only change biases the real sampler of the reasoning phase (SGLang ``logit_bias`` +
+``min_new_tokens``, or a ``regex``), so the model closes its block, or ends with EOS, at a
+chosen step, or writes a given reasoning text.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import openai
 import pytest
 from jsonschema import Draft202012Validator
+
+from tests.scripted_serve import SCRIPT_ENV
+from tests.server import ServerProcess
 
 USER = [{"role": "user", "content": "Think about the weather, then answer."}]
 LABEL = {"type": "object", "properties": {"label": {"enum": ["spam", "ham"]}}, "required": ["label"],
@@ -129,3 +138,130 @@ def test_a_model_without_reasoning_refuses_thinking(smol_server):
     resp = post(smol_server, enable_thinking=True)
     assert resp.status_code == 400 and resp.json()["error"]["param"] == "enable_thinking"
     assert "no reasoning format" in resp.json()["error"]["message"]
+
+
+# -- the model ends its reasoning by itself (scripted) -------------------------------------------
+
+
+@dataclass
+class Scripted:
+    server: ServerProcess
+    script: Path
+    end_id: int  # the format's end marker, resolved in the serving tokenizer like the service does
+    eos_id: int
+
+    def at_step(self, token_id: int, step: int) -> None:
+        """The reasoning phase emits ``token_id`` as its token number ``step`` (0-based): SGLang
+        masks stop tokens until ``step`` tokens exist, then the bias makes it the pick."""
+        self.write({"logit_bias": {str(token_id): 100.0}, "min_new_tokens": step})
+
+    def write(self, params: dict) -> None:
+        self.script.write_text(json.dumps(params))
+
+
+@pytest.fixture(scope="module")
+def scripted(assets, tmp_path_factory):
+    from runtime_ext.formats.reasoning import select_reasoning_format
+    from service.pipeline.think import ReasoningSetup
+    from service.tokenizer import HFChatTemplate
+
+    path = tmp_path_factory.mktemp("script") / "reasoning.json"
+    server = ServerProcess(assets.qwen3_tiny, "qwen-scripted", module="tests.scripted_serve",
+                           env={"STRUCTSERVE_DTYPE": "float32", SCRIPT_ENV: str(path)})
+    server.start()
+    template = HFChatTemplate(assets.qwen3_tiny)
+    setup = ReasoningSetup.build(select_reasoning_format("auto", template.model_type), template.encode)
+    yield Scripted(server, path, setup.end_id, template.tokenizer.eos_token_id)
+    assert server.stop() == 0
+
+
+def stream_parts(server, **kw) -> tuple[str, str, list[str], list, object, list[str]]:
+    """(reasoning, content, order of r/c deltas, tool-call deltas, usage, finish reasons)."""
+    reasoning, content, order, calls, usage, finishes = "", "", [], [], None, []
+    for chunk in chat(server, stream=True, stream_options={"include_usage": True}, **kw):
+        usage = chunk.usage or usage
+        for c in chunk.choices:
+            r = (c.delta.model_extra or {}).get("reasoning_content")
+            if r:
+                reasoning += r
+                order.append("r")
+            if c.delta.content:
+                content += c.delta.content
+                order.append("c")
+            calls += c.delta.tool_calls or []
+            if c.finish_reason:
+                finishes.append(c.finish_reason)
+    return reasoning, content, order, calls, usage, finishes
+
+
+THINK = {"enable_thinking": True, "max_reasoning_tokens": 32}
+
+
+@pytest.mark.parametrize("step", [0, 7])
+def test_the_model_closes_its_reasoning_at_step_k(scripted, step):
+    scripted.at_step(scripted.end_id, step)
+    kw = dict(max_tokens=48, seed=3, extra_body=THINK)
+    resp = chat(scripted.server, **kw)
+    msg, usage, choice = resp.choices[0].message, resp.usage, resp.choices[0]
+    assert usage.completion_tokens_details.reasoning_tokens == step  # the end marker is not reasoning
+    reasoning = msg.model_extra["reasoning_content"]
+    assert reasoning == msg.model_extra["reasoning"] and "</think>" not in reasoning
+    assert msg.content and "</think>" not in msg.content
+    # step reasoning tokens + </think> + the separator "\n\n", then the answer up to max_tokens
+    assert choice.finish_reason == "stop" or usage.completion_tokens == 48
+    assert usage.completion_tokens > step + 2
+    # streamed: the same split, all reasoning deltas before any content delta, same usage
+    s_reasoning, s_content, order, _, s_usage, finishes = stream_parts(scripted.server, **kw)
+    assert (s_reasoning, s_content) == (reasoning, msg.content)
+    assert "c" in order and order == sorted(order, reverse=True)
+    assert ("r" in order) is (reasoning != "")
+    assert s_usage.completion_tokens_details.reasoning_tokens == step
+    assert s_usage.completion_tokens == usage.completion_tokens and finishes == [choice.finish_reason]
+
+
+def test_eos_inside_the_reasoning_ends_the_turn(scripted):
+    step = 6
+    scripted.at_step(scripted.eos_id, step)
+    kw = dict(max_tokens=48, seed=5, extra_body=THINK)
+    resp = chat(scripted.server, **kw)
+    choice, usage = resp.choices[0], resp.usage
+    assert choice.finish_reason == "stop"
+    assert choice.message.model_extra["reasoning_content"]  # the reasoning is returned
+    assert choice.message.content == ""  # no answer phase ran; null is for tool-call-only turns (docs/reasoning.md)
+    assert usage.completion_tokens_details.reasoning_tokens == step  # EOS is not a reasoning token
+    assert usage.completion_tokens == step + 1
+    reasoning, content, order, _, s_usage, finishes = stream_parts(scripted.server, **kw)
+    assert reasoning == choice.message.model_extra["reasoning_content"] and content == ""
+    assert set(order) == {"r"} and finishes == ["stop"]
+    assert s_usage.completion_tokens_details.reasoning_tokens == step
+
+
+PARTIAL_CALL = '<tool_call>\n{"name": "pick", "arguments": {"color": "'
+
+
+@pytest.mark.parametrize("tool_choice", ["required", "auto"])
+def test_a_call_begun_inside_the_budget_never_gets_the_end_marker(scripted, tool_choice):
+    """The model starts a tool call while reasoning and the budget runs out inside its
+    arguments (Qwen3 writes every digit as its own token, so 64 digits cannot fit in a budget
+    of 60): the forced end marker closes the reasoning, which keeps the half call as text; the
+    answer's calls are whole, valid, and free of the marker."""
+    scripted.write({"regex": PARTIAL_CALL.replace("{", "\\{") + "[0-9]{64}"})
+    kw = dict(max_tokens=140, seed=2, tools=[PICK], tool_choice=tool_choice,
+              extra_body={"enable_thinking": True, "max_reasoning_tokens": 60})
+    resp = chat(scripted.server, **kw)
+    choice = resp.choices[0]
+    assert resp.usage.completion_tokens_details.reasoning_tokens == 60
+    assert choice.message.model_extra["reasoning_content"].startswith(PARTIAL_CALL)
+    for call in choice.message.tool_calls or []:
+        assert "</think>" not in call.function.arguments
+        assert json.loads(call.function.arguments)["color"] in ("red", "blue")
+    assert "</think>" not in (choice.message.content or "")
+    if tool_choice == "auto":  # the half call stays reasoning: not a call, not content
+        assert PARTIAL_CALL not in (choice.message.content or "")
+        return
+    assert choice.finish_reason == "tool_calls" and len(choice.message.tool_calls) >= 1
+    reasoning, content, _, calls, _, _ = stream_parts(scripted.server, **kw)
+    assert reasoning == choice.message.model_extra["reasoning_content"] and content == (choice.message.content or "")
+    arguments = "".join(d.function.arguments or "" for d in calls if d.function)
+    assert "</think>" not in arguments
+    assert arguments == "".join(c.function.arguments for c in choice.message.tool_calls)

@@ -1,0 +1,56 @@
+"""``structserve serve`` with one test-only hook, for tests that need the model to end its
+reasoning at a chosen step (the random tiny Qwen3 never does by itself).
+
+Run as ``python -m tests.scripted_serve serve ...`` (``ScriptedServer`` in tests/api). The
+engine requests of the reasoning phase (rid ``…-think``, service/pipeline/think.py) get extra
+SGLang sampling params read from the JSON file named by ``$STRUCTSERVE_TEST_REASONING_SCRIPT``
+(re-read per request; absent or ``{}`` = none). Everything else is the real service and the
+real engine: the params only bias what the real sampler picks, e.g.
+``{"logit_bias": {"<end id>": 100}, "min_new_tokens": k}`` (SGLang masks stop tokens until k
+tokens exist, then the bias makes the end marker the pick: the model closes at step k), the
+EOS id the same way, or ``{"regex": ...}`` for a given reasoning text. Never used in production.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+SCRIPT_ENV = "STRUCTSERVE_TEST_REASONING_SCRIPT"
+REASONING_RID_SUFFIX = "-think"
+
+
+def script() -> dict[str, Any]:
+    path = os.environ.get(SCRIPT_ENV)
+    if not path or not Path(path).is_file():
+        return {}
+    return json.loads(Path(path).read_text() or "{}")
+
+
+def install() -> None:
+    from service.engine import SGLangEngine
+
+    start = SGLangEngine.start.__func__  # type: ignore[attr-defined]
+
+    def scripted_start(cls: type, options: Any) -> Any:
+        engine = start(cls, options)
+        generate = engine._engine.async_generate
+
+        async def async_generate(*args: Any, rid: str | None = None, sampling_params: Any = None, **kw: Any) -> Any:
+            if rid is not None and rid.endswith(REASONING_RID_SUFFIX):
+                sampling_params = {**(sampling_params or {}), **script()}
+            return await generate(*args, rid=rid, sampling_params=sampling_params, **kw)
+
+        engine._engine.async_generate = async_generate
+        return engine
+
+    SGLangEngine.start = classmethod(scripted_start)  # type: ignore[method-assign]
+
+
+if __name__ == "__main__":
+    from service.cli import app
+
+    install()
+    app(prog_name="structserve")
