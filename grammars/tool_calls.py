@@ -14,12 +14,21 @@ Semantics (every format built here):
 - ``auto``: free text; once the format's call marker appears, the call (a name
   from ``tools``, arguments per that tool's schema) is forced. llama3 has no marker
   (calls are bare JSON at the start): there the output is either the calls or text
-  that never contains ``{"name"`` nor ``<|python_tag|>``.
+  that never contains ``{"name"`` nor ``<|python_tag|>``; pythonic likewise (the
+  call list, or text whose first non-space character is not ``[``).
 - ``required``: calls from the first generated token, no text before or after.
 - ``named``: like ``required`` with only ``named``'s tool.
-- ``parallel=False``: at most one call (exactly one for required/named), after
-  which only EOS is allowed. ``parallel=True``: calls separated by the format's
-  separator, then EOS.
+- ``parallel=False``: at most one call (exactly one for required/named).
+  ``parallel=True``: calls separated by the format's separator (a whitespace
+  separator, e.g. qwen's ``"\n"``, is any whitespace run of at most
+  ``CALL_WHITESPACE_LIMIT`` characters).
+- After a complete call (or group) the only continuations are: another call
+  (when parallel), the format's separator / group closing, or the end of the turn,
+  optionally after at most ``CALL_WHITESPACE_LIMIT`` whitespace characters. A
+  model that writes its natural newline after ``</tool_call>`` can still stop;
+  text after the calls is never allowed, even in ``auto``. The end of the turn is
+  whatever stop tokens the compiler's ``TokenizerInfo`` holds (SGLang: the model's
+  EOS ids from ``config.json`` and ``generation_config.json``).
 
 Arguments always follow the tool's ``parameters`` schema (``strict`` does not
 loosen this: a call that parses but does not validate helps no one). Their
@@ -37,6 +46,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, Mapping, Sequence
 
+from grammars.pythonic import pythonic_arguments, pythonic_free_text
 from runtime_ext.formats import CallStyle, ToolFormat, call_frame, get_format, group_frame
 
 Mode = Literal["auto", "required", "named"]
@@ -46,7 +56,8 @@ JsonGrammar = Callable[[Mapping[str, Any]], str]
 EMPTY_PARAMETERS: Mapping[str, Any] = {"type": "object", "properties": {}}
 JSON_WHITESPACE_LIMIT = 1
 """Longest whitespace run inside arguments when no ``json_grammar`` is given."""
-_SUPPORTED = (CallStyle.TAGGED, CallStyle.JSON_SEQUENCE, CallStyle.JSON_ARRAY, CallStyle.NAMED_BLOCKS)
+CALL_WHITESPACE_LIMIT = 2
+"""Longest whitespace run between two calls and after the last one (before EOS)."""
 
 
 @dataclass(frozen=True)
@@ -70,15 +81,6 @@ class ToolConstraintError(ValueError):
     """The request cannot be turned into a constraint (no tools, unknown named tool, …)."""
 
 
-class UnsupportedToolFormatError(NotImplementedError):
-    """No grammar for this format (pythonic: its arguments are Python literals, not JSON)."""
-
-    def __init__(self, format_name: str, mode: str) -> None:
-        super().__init__(f"no tool-call grammar for format {format_name!r} (mode {mode!r})")
-        self.format_name = format_name
-        self.mode = mode
-
-
 def _arguments(tool: ToolSpec, json_grammar: JsonGrammar | None) -> dict[str, Any]:
     schema = dict(tool.parameters) if tool.parameters is not None else dict(EMPTY_PARAMETERS)
     return _json(schema, json_grammar)
@@ -93,44 +95,85 @@ def _json(schema: Mapping[str, Any], json_grammar: JsonGrammar | None) -> dict[s
 def _tags(fmt: ToolFormat, tools: Sequence[ToolSpec], json_grammar: JsonGrammar | None) -> list[dict[str, Any]]:
     tags = []
     for tool in tools:
-        before, after = call_frame(fmt, tool.name)
-        tags.append({"type": "tag", "begin": before, "content": _arguments(tool, json_grammar), "end": after})
+        if fmt.style is CallStyle.PYTHONIC:
+            before, after, content = f"{tool.name}(", ")", pythonic_arguments(tool.name, tool.parameters)
+        else:
+            (before, after), content = call_frame(fmt, tool.name), _arguments(tool, json_grammar)
+        tags.append({"type": "tag", "begin": before, "content": content, "end": after})
     return tags
 
 
+def _ws(limit: int = CALL_WHITESPACE_LIMIT) -> dict[str, Any]:
+    return {"type": "regex", "pattern": f"[ \\t\\r\\n]{{0,{limit}}}"}
+
+
+def _one_of(elements: list[dict[str, Any]]) -> dict[str, Any]:
+    return elements[0] if len(elements) == 1 else {"type": "or", "elements": elements}
+
+
+def _separator(fmt: ToolFormat) -> dict[str, Any]:
+    """Between two calls: the format's separator, or bounded whitespace when it is whitespace."""
+    if fmt.separator.strip():
+        return {"type": "const_string", "value": fmt.separator}
+    return _ws()
+
+
+def _seq(*elements: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "sequence", "elements": list(elements)}
+
+
+def _repeated(first: dict[str, Any], more: dict[str, Any], parallel: bool) -> dict[str, Any]:
+    """``first`` then, when ``parallel``, ``more`` any number of times."""
+    return _seq(first, {"type": "star", "content": more}) if parallel else first
+
+
 def _calls(fmt: ToolFormat, tags: list[dict[str, Any]], parallel: bool) -> dict[str, Any]:
-    """One or more calls (exactly one unless ``parallel``), separated canonically, nothing else."""
-    return {
-        "type": "tags_with_separator",
-        "tags": tags,
-        "separator": fmt.separator,
-        "at_least_one": True,
-        "stop_after_first": not parallel,
-    }
+    """One or more calls (exactly one unless ``parallel``) with their group markers."""
+    call = _one_of(tags)
+    calls = _repeated(call, _seq(_separator(fmt), call), parallel)
+    if fmt.style in (CallStyle.JSON_ARRAY, CallStyle.NAMED_BLOCKS, CallStyle.PYTHONIC):
+        opening, closing = group_frame(fmt)
+        return {"type": "tag", "begin": opening, "content": calls, "end": closing}
+    return calls
 
 
-def _grouped(fmt: ToolFormat, calls: dict[str, Any]) -> dict[str, Any]:
-    """Wrap the calls in the format's group markers (mistral array, deepseek section)."""
-    opening, closing = group_frame(fmt)
-    return {"type": "tag", "begin": opening, "content": calls, "end": closing}
+def _tagged_auto(fmt: ToolFormat, tags: list[dict[str, Any]], parallel: bool) -> dict[str, Any]:
+    """TAGGED auto: free text; the call marker starts the calls, which end the output.
+
+    The first call is one tag opened by the trigger (its marker) and closed by the
+    call's end marker; further calls sit inside it, each after the separator.
+    """
+    start, end = fmt.call_start, fmt.call_end
+    bodies = [dict(t, begin=t["begin"][len(start):], end=t["end"][: -len(end)]) for t in tags]
+    closed = [dict(t, end=t["end"][: -len(end)]) for t in tags]
+    more = _seq({"type": "const_string", "value": end}, _separator(fmt), _one_of(closed))
+    group = {"type": "tag", "begin": start, "content": _repeated(_one_of(bodies), more, parallel), "end": end}
+    return {"type": "triggered_tags", "triggers": [start], "tags": [group], "stop_after_first": True}
+
+
+def _free_text(fmt: ToolFormat) -> dict[str, Any]:
+    """Text that the parser never reads as a call (formats whose calls have no marker)."""
+    if fmt.style is CallStyle.PYTHONIC:
+        return pythonic_free_text()
+    return {"type": "any_text", "excludes": ['{"' + fmt.name_key + '"', fmt.call_start]}
 
 
 def _format(
     fmt: ToolFormat, tags: list[dict[str, Any]], mode: Mode, parallel: bool, answer: dict[str, Any] | None
 ) -> dict[str, Any]:
+    """The whole output; after the last call only bounded whitespace, then EOS."""
     calls = _calls(fmt, tags, parallel)
-    if fmt.style in (CallStyle.JSON_ARRAY, CallStyle.NAMED_BLOCKS):
-        calls = _grouped(fmt, calls)
     if mode != "auto":
-        return calls
-    if answer is not None:
-        return {"type": "or", "elements": [calls, answer]}
-    if fmt.style in (CallStyle.JSON_ARRAY, CallStyle.NAMED_BLOCKS):
-        return {"type": "triggered_tags", "triggers": [fmt.opener], "tags": [calls], "stop_after_first": True}
-    if fmt.style is CallStyle.TAGGED:
-        return {"type": "triggered_tags", "triggers": [fmt.call_start], "tags": tags, "stop_after_first": not parallel}
-    free_text = {"type": "any_text", "excludes": ['{"' + fmt.name_key + '"', fmt.call_start]}
-    return {"type": "or", "elements": [calls, free_text]}
+        body = calls
+    elif answer is not None:
+        body = {"type": "or", "elements": [calls, answer]}
+    elif fmt.style in (CallStyle.JSON_ARRAY, CallStyle.NAMED_BLOCKS):
+        body = {"type": "triggered_tags", "triggers": [fmt.opener], "tags": [calls], "stop_after_first": True}
+    elif fmt.style is CallStyle.TAGGED:
+        body = _tagged_auto(fmt, tags, parallel)
+    else:
+        return {"type": "or", "elements": [_seq(calls, _ws()), _free_text(fmt)]}
+    return _seq(body, _ws())
 
 
 def _selected(tools: Sequence[ToolSpec], mode: Mode, named: str | None) -> list[ToolSpec]:
@@ -166,13 +209,12 @@ def tool_call_constraint(
     value matching this schema (tools together with ``response_format``), never
     free text.
 
-    Raises :class:`ToolConstraintError` for bad input and
-    :class:`UnsupportedToolFormatError` for formats without a grammar (pythonic).
+    Raises :class:`ToolConstraintError` for bad input and, for pythonic,
+    :class:`grammars.pythonic.PythonicSchemaError` for a tool name or schema outside
+    what Python keyword arguments can carry (``pointer`` locates it).
     Deterministic: equal inputs give equal strings (SGLang caches by the string).
     """
     fmt = get_format(fmt)
-    if fmt.style not in _SUPPORTED:
-        raise UnsupportedToolFormatError(fmt.name, mode)
     selected = _selected(tools, mode, named)
     answer = None if answer_schema is None else _json(answer_schema, json_grammar)
     structure = _format(fmt, _tags(fmt, selected, json_grammar), mode, parallel, answer)

@@ -15,9 +15,9 @@ from typing import Any
 
 from grammars.errors import GrammarError
 from grammars.json_schema import JSON_OBJECT_SCHEMA, CheckedSchema, check_schema
-from grammars.tool_calls import ToolSpec, UnsupportedToolFormatError, tool_call_constraint
-from runtime_ext.formats import CallStyle, ToolFormat
-from service.errors import InvalidRequestError
+from grammars.pythonic import PythonicSchemaError
+from grammars.tool_calls import ToolSpec, tool_call_constraint
+from runtime_ext.formats import ToolFormat
 from service.pipeline.tools import require_tool_format
 from service.pipeline.types import DecodeConstraint, ToolRequest, ValidatedRequest
 
@@ -65,8 +65,6 @@ def _json_constraint(checked: CheckedSchema, schema: Any, param: str) -> DecodeC
 def _tool_constraint(
     tools: ToolRequest, fmt: ToolFormat, loosen: bool, answer: tuple[CheckedSchema, Any, str] | None
 ) -> DecodeConstraint | None:
-    if fmt.style is CallStyle.PYTHONIC and tools.mode == "auto" and answer is None:
-        return None  # no grammar for pythonic calls: parsed from free text
     specs, loosened = [], list(_loosened(answer[0]) if answer else ())
     parts = [(answer[2], answer[0].canonical)] if answer else []
     for i, tool in enumerate(tools.tools):
@@ -85,13 +83,9 @@ def _tool_constraint(
             fmt, specs, mode, named=tools.allowed[0] if mode == "named" else None, parallel=tools.parallel,
             answer_schema=answer[0].schema if answer else None,
         )
-    except UnsupportedToolFormatError:
-        raise InvalidRequestError(
-            f"this model's tool-call format '{fmt.name}' has no grammar, so tool_choice "
-            f"'{tools.mode}' (and tools with response_format) cannot be enforced; use "
-            "tool_choice 'auto' without response_format",
-            param="tool_choice",
-        ) from None
+    except PythonicSchemaError as exc:  # the field of the tool it names
+        index = [tool.name for tool in tools.tools].index(exc.tool)
+        raise exc.with_param(f"tools.{index}.function.{exc.field}") from None
     return DecodeConstraint(
         constraint.kind, constraint.value, validate_schema=answer[1] if answer else None,
         loosened=tuple(loosened), param="tools", parts=tuple(parts),

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from grammars.errors import UnsupportedKeywordError
+from grammars.pythonic import PythonicSchemaError
 from runtime_ext.formats import get_format, render_calls, select_format
 from runtime_ext.formats.select import ToolFormatSelectionError
 from runtime_ext.formats.spec import UnknownFormatError
@@ -36,8 +37,21 @@ def validated(**kw):
 
 
 def structure(constraint):
+    """The output's structure before the bounded whitespace every tool grammar ends with."""
     assert constraint.kind == "structural_tag"
-    return json.loads(constraint.value)["format"]
+    whole = json.loads(constraint.value)["format"]
+    assert whole["type"] == "sequence" and whole["elements"][1]["type"] == "regex"
+    return whole["elements"][0]
+
+
+def tag_begins(node):
+    """Every tag's begin string in the structure, in order."""
+    if isinstance(node, list):
+        return [b for item in node for b in tag_begins(item)]
+    if not isinstance(node, dict):
+        return []
+    own = [node["begin"]] if node.get("type") == "tag" else []
+    return own + tag_begins([v for k, v in node.items() if k != "begin"])
 
 
 def test_defaults_auto_parallel_all_tools_allowed():
@@ -86,12 +100,11 @@ def test_conversation_with_calls_and_results():
 def test_required_constraint_is_calls_only_for_the_allowed_tools():
     v = validated(tools=[fn("a"), fn("w", WEATHER_PARAMS)], tool_choice="required", parallel_tool_calls=False)
     s = structure(build_constraint(v, False, QWEN))
-    assert s["type"] == "tags_with_separator" and s["stop_after_first"] is True
-    assert [t["begin"] for t in s["tags"]] == [
-        '<tool_call>\n{"name": "a", "arguments": ', '<tool_call>\n{"name": "w", "arguments": ']
+    assert s["type"] == "or"  # one call of either tool, nothing repeated
+    assert tag_begins(s) == ['<tool_call>\n{"name": "a", "arguments": ', '<tool_call>\n{"name": "w", "arguments": ']
     named = build_constraint(validated(tools=[fn("a"), fn("w")], tool_choice={
         "type": "function", "function": {"name": "w"}}), False, QWEN)
-    assert [t["begin"] for t in structure(named)["tags"]] == ['<tool_call>\n{"name": "w", "arguments": ']
+    assert set(tag_begins(structure(named))) == {'<tool_call>\n{"name": "w", "arguments": '}
 
 
 def test_auto_is_triggered_and_none_is_free_text():
@@ -119,12 +132,24 @@ def test_tool_parameters_follow_the_keyword_policy():
     assert [p for p, _ in loose.parts] == ["tools.1.function.parameters"]
 
 
-def test_pythonic_auto_is_unconstrained_and_required_is_a_400():
+@pytest.mark.parametrize("choice", ["auto", "required", {"type": "function", "function": {"name": "a"}}])
+def test_pythonic_is_grammar_enforced_in_every_mode(choice):
     pythonic = get_format("pythonic")
-    assert build_constraint(validated(tools=[fn("a")]), False, pythonic) is None
-    with pytest.raises(InvalidRequestError) as err:
-        build_constraint(validated(tools=[fn("a")], tool_choice="required"), False, pythonic)
-    assert err.value.param == "tool_choice"
+    constraint = build_constraint(validated(tools=[fn("a"), fn("b", WEATHER_PARAMS)], tool_choice=choice), False,
+                                  pythonic)
+    assert constraint.kind == "structural_tag" and '"begin":"a("' in constraint.value
+
+
+def test_pythonic_schema_outside_the_subset_is_a_400_naming_the_tool_field():
+    pythonic = get_format("pythonic")
+    params = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}}
+    with pytest.raises(PythonicSchemaError) as err:
+        build_constraint(validated(tools=[fn("a"), fn("b", params)]), False, pythonic)
+    assert err.value.param == "tools.1.function.parameters" and err.value.pointer == "/properties/n"
+    assert "`minimum`" in err.value.message
+    with pytest.raises(PythonicSchemaError) as err:
+        build_constraint(validated(tools=[fn("get-weather")], tool_choice="required"), False, pythonic)
+    assert err.value.param == "tools.0.function.name"
 
 
 def test_inline_tools_for_templates_without_a_tools_section():
