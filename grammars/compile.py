@@ -10,8 +10,11 @@ time; only the worker (and ``load_compiler``/``compile_text`` callers) do.
 
 Errors: ``SchemaTooComplexError`` on timeout, ``GrammarCompileError`` when xgrammar
 rejects the text or the worker dies, ``UnsupportedKeywordError`` when xgrammar warns
-that it drops a constraint (a backstop behind ``grammars.json_schema``). Deterministic
-failures are cached like successes; timeouts and crashes are not.
+that it drops a constraint, ``UnsatisfiableSchemaError`` when the compiled grammar
+allows no first token (xgrammar compiles a ``$ref`` loop that consumes nothing, then
+SGLang aborts the request on its first token); the last two are backstops behind
+``grammars.json_schema``. Deterministic failures are cached like successes; timeouts
+and crashes are not.
 """
 
 from __future__ import annotations
@@ -33,12 +36,14 @@ from grammars.errors import (
     GrammarCompileError,
     GrammarError,
     SchemaTooComplexError,
+    UnsatisfiableSchemaError,
     Unsupported,
     UnsupportedKeywordError,
 )
 
 __all__ = [
-    "CompileStats", "GrammarCompiler", "Kind", "capture_warnings", "compile_text", "load_compiler",
+    "CompileStats", "GrammarCompiler", "Kind", "accepts_a_first_token", "capture_warnings",
+    "compile_text", "load_compiler",
 ]
 
 Kind = Literal["json_schema", "structural_tag", "ebnf"]
@@ -95,6 +100,17 @@ def compile_text(compiler: Any, kind: Kind, text: str, *, any_whitespace: bool =
     return compiler.compile_structural_tag(text)
 
 
+def accepts_a_first_token(compiled: Any) -> bool:
+    """Whether a fresh matcher of xgrammar's ``compiled`` grammar allows any token (an
+    empty mask means the engine samples from nothing and aborts the request)."""
+    import xgrammar
+
+    matcher = xgrammar.GrammarMatcher(compiled)
+    mask = xgrammar.allocate_token_bitmask(1, compiled.tokenizer_info.vocab_size)
+    matcher.fill_next_token_bitmask(mask)
+    return bool((mask != 0).any())
+
+
 def _read_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -122,7 +138,8 @@ def capture_warnings(fn: Callable[[], Any]) -> tuple[Any, list[str]]:
 
 def _worker_main(conn: Any, tokenizer_dir: str, any_whitespace: bool) -> None:
     """Worker loop: build the compiler once, then answer ``(kind, text)`` requests with
-    ``("ok", seconds)``, ``("warned", [warning, ...])`` or ``("error", message)``."""
+    ``("ok", seconds)``, ``("warned", [warning, ...])``, ``("dead", "")`` (no first
+    token allowed) or ``("error", message)``."""
     started = time.perf_counter()
     try:
         _, compiler = load_compiler(Path(tokenizer_dir))
@@ -140,10 +157,14 @@ def _worker_main(conn: Any, tokenizer_dir: str, any_whitespace: bool) -> None:
         kind, text = request
         began = time.perf_counter()
         try:
-            _, warnings = capture_warnings(
+            compiled, warnings = capture_warnings(
                 lambda: compile_text(compiler, kind, text, any_whitespace=any_whitespace))
+            dead = not accepts_a_first_token(compiled)
         except Exception as exc:  # noqa: BLE001 - xgrammar raises RuntimeError & co.
             conn.send(("error", str(exc).strip()))
+            continue
+        if dead:
+            conn.send(("dead", ""))
             continue
         conn.send(("warned", warnings) if warnings else ("ok", time.perf_counter() - began))
 
@@ -271,6 +292,10 @@ class GrammarCompiler:
         status, detail = reply
         if status == "ok":
             return None
+        if status == "dead":
+            return UnsatisfiableSchemaError(
+                f"the grammar of this {kind} allows no first token, so no output can ever "
+                "start to match it (e.g. a $ref loop that consumes no input); fix the schema")
         if status == "error":
             detail = _LOG_PREFIX.sub("", detail).rstrip(".")
             return GrammarCompileError(f"xgrammar rejected the {kind}: {detail}. Fix it "

@@ -25,6 +25,7 @@ __all__ = [
     "InvalidSchemaError",
     "RemoteRefError",
     "SchemaTooComplexError",
+    "UnsatisfiableSchemaError",
     "Unsupported",
     "UnsupportedKeywordError",
 ]
@@ -128,6 +129,15 @@ class SchemaTooComplexError(GrammarError):
     """Beyond a size limit (depth, nodes, enum size, bytes) or compile took too long."""
 
     code = "schema_too_complex"
+
+
+class UnsatisfiableSchemaError(GrammarError):
+    """No finite JSON value can complete the grammar where the schema leads: a ``$ref``
+    loop that consumes no input (the grammar then allows no token at all), a required
+    property or ``minItems`` that recurses without end, or a reference to ``false``.
+    ``pointer`` is where to change it."""
+
+    code = "unsatisfiable_schema"
 
 
 class GrammarCompileError(GrammarError):

@@ -13,7 +13,10 @@ Decisions:
   (use ``{}`` for "any JSON value"). Boolean subschemas are fine where xgrammar
   handles them (``false`` elsewhere fails at compile: ``GrammarCompileError``).
 - ``$ref``: only ``#/...`` pointers through object members without ``~``/``%``
-  escapes; recursion through ``$defs`` is supported. ``"#"`` (root recursion: xgrammar's
+  escapes; recursion through ``$defs`` is supported as long as every subschema the
+  grammar reaches has a finite instance (``grammars.productive``): a loop of
+  references that consumes nothing (``a -> b -> a``) or a required recursion is
+  ``UnsatisfiableSchemaError``, loosening or not. ``"#"`` (root recursion: xgrammar's
   token mask then refuses valid tokens) and other ``#...`` fragments (anchors) are
   unsupported; anything else is ``RemoteRefError``.
 - Always Draft 2020-12, whatever ``$schema`` says.
@@ -43,6 +46,7 @@ from grammars.errors import (
     UnsupportedKeywordError,
 )
 from grammars.keywords import KEYWORDS, SGLANG_FORMATS, KeywordSupport
+from grammars.productive import check_productive
 from grammars.schema_rules import node_problems
 
 __all__ = [
@@ -106,11 +110,12 @@ def check_schema(
 
     Raises (in this order of checks): ``InvalidSchemaError`` for a non-object root;
     ``SchemaTooComplexError`` beyond ``limits``; ``InvalidSchemaError`` for a metaschema
-    violation or a dangling local ``$ref``; ``RemoteRefError``; and, unless
+    violation or a dangling local ``$ref``; ``RemoteRefError``; unless
     ``allow_loosening``, ``UnsupportedKeywordError`` listing every unsupported keyword
-    occurrence. With ``allow_loosening`` those are removed from a copy instead and
-    listed in ``CheckedSchema.loosened``. Never mutates ``schema``; milliseconds for
-    schemas within the default limits.
+    occurrence (with ``allow_loosening`` those are removed from a copy instead and
+    listed in ``CheckedSchema.loosened``); last, ``UnsatisfiableSchemaError`` when a
+    subschema the grammar reaches has no finite instance. Never mutates ``schema``;
+    milliseconds for schemas within the default limits.
     """
     if not isinstance(schema, dict):
         hint = "use {} for any JSON value" if schema is True else "send a JSON object"
@@ -120,11 +125,11 @@ def check_schema(
     _check_limits(schema, limits)
     _check_metaschema(schema)
     problems = _problems(schema)
-    if not problems:
-        return CheckedSchema(schema, canonical_json(schema))
-    if not allow_loosening:
+    if problems and not allow_loosening:
         raise UnsupportedKeywordError(problems)
-    return _loosen(schema, problems)
+    checked = _loosen(schema, problems) if problems else CheckedSchema(schema, canonical_json(schema))
+    check_productive(checked.schema)
+    return checked
 
 
 def _check_limits(schema: dict[str, Any], limits: SchemaLimits) -> None:

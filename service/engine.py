@@ -10,11 +10,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator
 
-from service.errors import EngineError, InvalidRequestError
+from fastapi import HTTPException
+
+from service.errors import EngineError, InvalidRequestError, ServiceError
 from service.pipeline.types import EngineDelta, EngineOutput, GenerationPlan
 
 log = logging.getLogger(__name__)
@@ -114,12 +117,14 @@ class SGLangEngine:
         except asyncio.CancelledError:
             await self.abort(rid)
             raise
-        except ValueError as exc:
-            raise InvalidRequestError(f"the engine rejected the request: {exc}") from exc
+        except ValueError as exc:  # SGLang: an abort with status 400
+            raise _abort_error(str(exc), 400, plan) from exc
+        except HTTPException as exc:  # SGLang: an abort with another status
+            raise _abort_error(str(exc.detail), exc.status_code, plan) from exc
         meta = out["meta_info"]
         return EngineOutput(
             text=out["text"],
-            finish_reason=_finish_reason(meta),
+            finish_reason=_finish_reason(meta, plan),
             prompt_tokens=int(meta["prompt_tokens"]),
             completion_tokens=int(meta["completion_tokens"]),
             cached_tokens=int(meta.get("cached_tokens", 0)),
@@ -137,7 +142,7 @@ class SGLangEngine:
             )
             async for out in gen:
                 meta = out["meta_info"]
-                reason = _finish_reason(meta) if meta.get("finish_reason") else None
+                reason = _finish_reason(meta, plan) if meta.get("finish_reason") else None
                 finished = reason is not None
                 yield EngineDelta(
                     text=out["text"],
@@ -149,7 +154,7 @@ class SGLangEngine:
                     matched_stop=(meta.get("finish_reason") or {}).get("matched"),
                 )
         except ValueError as exc:
-            raise InvalidRequestError(f"the engine rejected the request: {exc}") from exc
+            raise _abort_error(str(exc), 400, plan) from exc
         finally:
             if not finished:
                 await self.abort(rid)
@@ -219,11 +224,38 @@ def _sampling_params(plan: GenerationPlan) -> dict[str, Any]:
     return params
 
 
-def _finish_reason(meta: dict[str, Any]) -> str:
+def _finish_reason(meta: dict[str, Any], plan: GenerationPlan) -> str:
     reason = meta.get("finish_reason") or {}
     kind = reason.get("type")
     if kind in ("stop", "length"):
         return kind
     if kind == "abort":
-        raise EngineError(f"the engine aborted the request: {reason.get('message', 'aborted')}")
+        raise _abort_error(str(reason.get("message", "aborted")), reason.get("status_code"), plan)
     raise EngineError(f"the engine returned an unknown finish reason: {reason!r}")
+
+
+_GRAMMAR_FAILURE = re.compile(r"grammar", re.IGNORECASE)
+"""SGLang 0.5.23's grammar aborts: "Failed to compile json grammar: …", "Grammar
+preprocessing timed out…" (status 400), "Grammar accept_token failed: …" (500). Their
+text quotes xgrammar, token ids and the whole schema."""
+
+
+def _abort_error(message: str, status: int | None, plan: GenerationPlan) -> ServiceError:
+    """An engine abort as a typed error. A grammar failure is logged and answered without
+    SGLang's text: 400 naming the constraint's field when the engine could not compile
+    or prepare the grammar (status 400), else a generic 500 (a grammar the service
+    checked ahead still failed while decoding: the server's fault)."""
+    if not _GRAMMAR_FAILURE.search(message):
+        if status == 400:
+            return InvalidRequestError(f"the engine rejected the request: {message}")
+        return EngineError(f"the engine aborted the request: {message}")
+    log.error("engine-side grammar failure (status %s): %s", status, message)
+    param = plan.constraint.param if plan.constraint is not None else None
+    if status == 400 and param is not None:
+        return InvalidRequestError(
+            f"the grammar engine could not compile the constraint built from '{param}' (a "
+            "compile error or timeout); simplify that schema",
+            param=param, code="grammar_compile_failed")
+    return EngineError("the grammar engine failed while enforcing the output constraint; "
+                       "the request was not completed (a server-side error, logged)",
+                       code="grammar_engine_error")

@@ -149,3 +149,32 @@ def test_missing_schema_and_misplaced_json_schema(qwen_server):
     assert r1.status_code == 400 and r1.json()["error"]["param"] == "response_format.json_schema.schema"
     r2 = _post(qwen_server, response_format={"type": "text", "json_schema": {"name": "x", "schema": {}}})
     assert r2.status_code == 400 and r2.json()["error"]["param"] == "response_format.json_schema"
+
+
+LOOP_DEFS = {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}
+ENGINE_TEXT = ("Key string", "accept_token", "Tokens not accepted", "Accepted tokens", "xgrammar", ".cc:")
+
+
+def test_a_ref_loop_is_a_400_before_the_engine(qwen_server):
+    """a -> b -> a through $defs consumes no input: xgrammar compiles it, then allows no
+    token where the value starts. It used to reach the engine and come back as a 500
+    quoting SGLang ("Grammar accept_token failed ... Key string: <schema>"); a tool's
+    parameters with the loop came back as 200 with empty content."""
+    client = openai.OpenAI(base_url=f"{qwen_server.base_url}/v1", api_key="x", max_retries=0)
+    kw = dict(model=qwen_server.model_name, messages=USER, max_tokens=16)
+    for stream in (False, True):
+        with pytest.raises(openai.BadRequestError) as info:
+            client.chat.completions.create(response_format=_fmt({"$defs": LOOP_DEFS, "$ref": "#/$defs/a"}),
+                                           stream=stream, **kw)
+        err = info.value.body
+        assert (err["param"], err["code"]) == ("response_format.json_schema.schema", "unsatisfiable_schema")
+        assert "#/$defs/a -($ref)-> #/$defs/b -($ref)-> #/$defs/a" in err["message"]
+        assert not [t for t in ENGINE_TEXT if t in err["message"]], err["message"]
+    looped = {"type": "object", "properties": {"p": {"$ref": "#/$defs/a"}}, "required": ["p"], "$defs": LOOP_DEFS}
+    tools = [{"type": "function", "function": {"name": n, "parameters": p}}
+             for n, p in (("fine", {"type": "object"}), ("looped", looped))]
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(tools=tools, tool_choice="required", **kw)
+    err = info.value.body
+    assert (err["param"], err["code"]) == ("tools.1.function.parameters", "unsatisfiable_schema")
+    assert client.chat.completions.create(**kw).choices[0].finish_reason in ("stop", "length")
