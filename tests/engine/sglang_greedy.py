@@ -8,12 +8,15 @@ server fixtures are its children too).
 
 KV_CACHE: bf16 (default) or one of the C8 modes. QUANTIZATION: none (default) or a linear
 scheme (w8a8_dynamic, w8a16, w4a16; policy from STRUCTSERVE_QUANT). DTYPE: float32 (default). Also prints each output token's logprob and
-the plugin's report of the KV pool as allocated (tokens, bytes, side-buffer statistics).
+the plugin's report of the KV pool as allocated (tokens, bytes, side-buffer statistics). With
+``INPUT_LOGPROBS=1`` in the environment, also the logprob of every prompt token after the first
+(teacher-forced: computed in the prefill, so attention read the cache for each of them).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -34,7 +37,12 @@ def main() -> None:
     engine = sglang.Engine(**options.engine_kwargs())
     try:
         params = {"temperature": 0, "max_new_tokens": n_tokens, "ignore_eos": True}
-        outs = engine.generate(input_ids=prompts, sampling_params=params, return_logprob=True)
+        forced = os.environ.get("INPUT_LOGPROBS") == "1"
+        outs = engine.generate(input_ids=prompts, sampling_params=params, return_logprob=True,
+                               logprob_start_len=0 if forced else None)
+        if forced:
+            print("INPUT_LOGPROBS " + json.dumps([[lp[0] for lp in o["meta_info"]["input_token_logprobs"][1:]]
+                                                  for o in outs]), flush=True)
         print("OUTPUT_IDS " + json.dumps([o["output_ids"] for o in outs]), flush=True)
         logprobs = [[lp[0] for lp in o["meta_info"]["output_token_logprobs"]] for o in outs]
         print("LOGPROBS " + json.dumps(logprobs), flush=True)

@@ -1,4 +1,5 @@
-"""The C8-S INT4 residual side buffer (exact expectations) and KV sizing."""
+"""The C8-S INT4 residual side buffer (exact expectations), the C8-S+R method's store and read
+paths (what attention reads is deq8 + deq4), and KV sizing."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import pytest
 import torch
 
 from runtime_ext.kv_cache import sizing
+from runtime_ext.kv_cache.calibration import Calibration
 from runtime_ext.kv_cache.residual import ResidualSlots
 from runtime_ext.ops import kv_ref as ref
 
@@ -75,6 +77,45 @@ def test_a_full_side_buffer_drops_residuals_and_counts_them():
     slots = ResidualSlots(1, H, D, 0.05, "cpu")
     slots.store(torch.arange(6), x, static_deq(x, SCALE))
     assert (slots.outliers, slots.dropped, slots.used) == (2, 1, 1)
+
+
+@pytest.fixture
+def residual_method(tmp_path, monkeypatch):
+    """The real ``c8_static_residual`` method with one layer's pool of 16 tokens, calibrated to
+    ``SCALE`` (range ±1) with τ = 0.05."""
+    from runtime_ext.kv_cache.methods import C8StaticResidualKVCacheMethod
+    from runtime_ext.kv_cache.sglang_method import CALIBRATION_ENV
+
+    scale = SCALE.tolist()
+    calib = Calibration(model="test", layers=1, kv_heads=H, head_dim=D, k_scale=[scale], v_scale=[scale], tau=0.05,
+                        eps_mean=0.01, eps_p99=0.04, outlier_rate=0.1, tokens=64)
+    calib.save(tmp_path / "kv.json")
+    monkeypatch.setenv(CALIBRATION_ENV, str(tmp_path / "kv.json"))
+    method = C8StaticResidualKVCacheMethod(torch.float32)
+    bufs = method.create_buffers(size=16, head_num=H, head_dim=D, layer_num=1, device="cpu")
+    return method, {name: bufs[name][0] for name in ("k_buffer", "v_buffer", "k_scale_buffer", "v_scale_buffer")}
+
+
+def test_the_method_reads_deq8_plus_deq4_for_stored_outliers(residual_method):
+    """Through the method's own store and both reads (``gather``: runtime_ext attention;
+    ``dequantize_kv_tensor``: SGLang's whole-buffer read): an outlier vector reads back as
+    deq8 + deq4 (strictly closer to the original than plain C8-S), every other one as deq8."""
+    method, pool = residual_method
+    x = outlier_batch()
+    locs = torch.tensor([9, 3, 12, 4, 7, 0])
+    k, v, ks, vs = pool["k_buffer"], pool["v_buffer"], pool["k_scale_buffer"], pool["v_scale_buffer"]
+    method.quantize_and_store(k, v, ks, vs, locs, x, -x.flip(0))
+    for buf, scale, original in ((k, ks, x), (v, vs, -x.flip(0))):
+        deq8 = static_deq(original, SCALE)
+        outlier = ref.relative_error(original, deq8) > 0.05
+        assert int(outlier.sum()) == 2
+        packed, r_scale = ref.quantize_residual(original - deq8)
+        deq4 = ref.dequantize_residual(packed, r_scale.half().float())  # slots keep the scale in float16
+        expected = torch.where(outlier.unsqueeze(-1), deq8 + deq4, deq8)
+        for read in (method.gather(buf, scale, locs), method.dequantize_kv_tensor(buf, scale, 0)[locs]):
+            err, plain = ref.relative_error(original, read), ref.relative_error(original, deq8)
+            assert (err[outlier] < plain[outlier] / 5).all() and torch.equal(err[~outlier], plain[~outlier])
+            assert torch.allclose(read, expected, rtol=0, atol=1e-6)
 
 
 def test_cell_sizes_and_budget():
