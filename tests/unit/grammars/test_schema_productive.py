@@ -126,18 +126,16 @@ def test_completable_shapes_are_accepted(name: str) -> None:
     assert check_schema(schema).schema is schema
 
 
-def test_long_reference_chains_stay_linear() -> None:
-    """A 4001-link reference chain closing into a loop: the analysis is linear (the
-    policy's other checks, not timed here, dominate)."""
-    import time
-
+def test_long_reference_chains_do_not_recurse() -> None:
+    """A 20001-link reference chain closing into a loop: the analysis walks it with explicit
+    queues (a recursive walk would hit Python's recursion limit here) and names the loop.
+    Not timed: timings belong in bench/, never in unit tests."""
     from grammars.productive import find_unproductive
 
-    defs = {f"d{i}": {"$ref": f"#/$defs/d{i + 1}"} for i in range(4000)}
-    defs["d4000"] = {"$ref": "#/$defs/d0"}
-    began = time.perf_counter()
+    links = 20000
+    defs = {f"d{i}": {"$ref": f"#/$defs/d{i + 1}"} for i in range(links)}
+    defs[f"d{links}"] = {"$ref": "#/$defs/d0"}
     found = find_unproductive({"$defs": defs, "$ref": "#/$defs/d0"})
-    assert time.perf_counter() - began < 1.0
     assert found is not None and (found.kind, found.pointer) == ("cycle", "/$defs/d0")
 
 
