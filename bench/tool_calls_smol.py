@@ -69,7 +69,7 @@ def start_server(model_dir: Path) -> tuple[subprocess.Popen, str]:
 def run_one(base: str, model: str, tool: dict, content: str, max_tokens: int) -> dict:
     body = {"model": model, "messages": [{"role": "user", "content": content}], "tools": [tool],
             "tool_choice": "required", "max_tokens": max_tokens, "temperature": 0}
-    resp = httpx.post(f"{base}/v1/chat/completions", json=body, timeout=900).json()
+    resp = httpx.post(f"{base}/v1/chat/completions", json=body, timeout=3600).json()
     choice = resp["choices"][0]
     calls = choice["message"].get("tool_calls") or []
     schema = tool["function"].get("parameters") or {"type": "object"}
