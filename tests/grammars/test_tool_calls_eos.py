@@ -21,8 +21,8 @@ from grammars.tool_calls import CALL_WHITESPACE_LIMIT, ToolSpec, tool_call_const
 from runtime_ext.formats import get_format, render_calls
 from service.assets import default_cache_dir
 
-xgr = pytest.importorskip("xgrammar")
-transformers = pytest.importorskip("transformers")
+import xgrammar as xgr  # noqa: E402 -- pinned: a missing one is a failure, not a skip
+import transformers  # noqa: E402
 
 FORMATS = ["qwen", "generic", "llama3", "mistral", "deepseek_v3", "pythonic"]
 MODELS = ["qwen3-tiny", "smollm2-135m-instruct"]
@@ -43,7 +43,7 @@ class Model:
     def __init__(self, name: str) -> None:
         path = default_cache_dir() / "models" / name
         if not (path / "tokenizer.json").exists():
-            pytest.skip(f"{name} not fetched ({path}); run `make assets`")
+            pytest.fail(f"{name} not fetched ({path}); run `make assets`")
         self.tokenizer = transformers.AutoTokenizer.from_pretrained(path)
         config = json.loads((path / "config.json").read_text())
         generation = json.loads((path / "generation_config.json").read_text())

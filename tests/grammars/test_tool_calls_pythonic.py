@@ -22,8 +22,8 @@ from runtime_ext.formats import get_format, render_calls
 from runtime_ext.parsers import parse
 from service.assets import default_cache_dir
 
-xgr = pytest.importorskip("xgrammar")
-transformers = pytest.importorskip("transformers")
+import xgrammar as xgr  # noqa: E402 -- pinned: a missing one is a failure, not a skip
+import transformers  # noqa: E402
 
 TOKENIZER_DIR = default_cache_dir() / "models" / "qwen3-tiny"
 RICH = ToolSpec("book.trip", {
@@ -52,7 +52,7 @@ SPACE = {chr(c) for c in range(33)} | {"\x7f", "\x85", "\u2028", "\u00a0"}
 class Sampler:
     def __init__(self) -> None:
         if not (TOKENIZER_DIR / "tokenizer.json").exists():
-            pytest.skip(f"tiny Qwen3 tokenizer not fetched ({TOKENIZER_DIR}); run `make assets`")
+            pytest.fail(f"tiny Qwen3 tokenizer not fetched ({TOKENIZER_DIR}); run `make assets`")
         self.tokenizer = transformers.AutoTokenizer.from_pretrained(TOKENIZER_DIR)
         self.vocab = json.loads((TOKENIZER_DIR / "config.json").read_text())["vocab_size"]
         info = xgr.TokenizerInfo.from_huggingface(self.tokenizer, vocab_size=self.vocab,

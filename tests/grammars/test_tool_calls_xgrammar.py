@@ -19,8 +19,8 @@ from runtime_ext.formats import get_format, render_calls
 from runtime_ext.parsers import parse
 from service.assets import default_cache_dir
 
-xgr = pytest.importorskip("xgrammar")
-transformers = pytest.importorskip("transformers")
+import xgrammar as xgr  # noqa: E402 -- pinned: a missing one is a failure, not a skip
+import transformers  # noqa: E402
 
 TOKENIZER_DIR = default_cache_dir() / "models" / "qwen3-tiny"
 FORMATS = ["qwen", "generic", "llama3", "mistral", "deepseek_v3"]
@@ -55,7 +55,7 @@ class Walker:
 
     def __init__(self) -> None:
         if not (TOKENIZER_DIR / "tokenizer.json").exists():
-            pytest.skip(f"tiny Qwen3 tokenizer not fetched ({TOKENIZER_DIR}); run `make assets`")
+            pytest.fail(f"tiny Qwen3 tokenizer not fetched ({TOKENIZER_DIR}); run `make assets`")
         self.tokenizer = transformers.AutoTokenizer.from_pretrained(TOKENIZER_DIR)
         info = xgr.TokenizerInfo.from_huggingface(self.tokenizer)
         self.compiler = xgr.GrammarCompiler(info, cache_enabled=False)
