@@ -82,19 +82,8 @@ def test_budget_then_required_tool_call(qwen_server):
 def test_stream_assembles_to_the_non_stream_result(qwen_server):
     kw = dict(extra_body={"enable_thinking": True, "max_reasoning_tokens": 12}, seed=7, max_tokens=40)
     full = chat(qwen_server, **kw).choices[0]
-    reasoning, content, order = "", "", []
-    for chunk in chat(qwen_server, stream=True, stream_options={"include_usage": True}, **kw):
-        if chunk.usage:
-            assert chunk.usage.completion_tokens_details.reasoning_tokens == 12
-        for c in chunk.choices:
-            r = (c.delta.model_extra or {}).get("reasoning_content")
-            assert r == (c.delta.model_extra or {}).get("reasoning")
-            if r:
-                reasoning += r
-                order.append("r")
-            if c.delta.content:
-                content += c.delta.content
-                order.append("c")
+    reasoning, content, order, _, usage, _ = stream_parts(qwen_server, **kw)
+    assert usage.completion_tokens_details.reasoning_tokens == 12
     assert reasoning == full.message.model_extra["reasoning_content"] and content == full.message.content
     assert order == sorted(order, reverse=True)  # all reasoning before any content
 
@@ -176,12 +165,14 @@ def scripted(assets, tmp_path_factory):
 
 
 def stream_parts(server, **kw) -> tuple[str, str, list[str], list, object, list[str]]:
-    """(reasoning, content, order of r/c deltas, tool-call deltas, usage, finish reasons)."""
+    """(reasoning, content, order of r/c deltas, tool-call deltas, usage, finish reasons); every
+    delta carries the same text under ``reasoning_content`` and ``reasoning``."""
     reasoning, content, order, calls, usage, finishes = "", "", [], [], None, []
     for chunk in chat(server, stream=True, stream_options={"include_usage": True}, **kw):
         usage = chunk.usage or usage
         for c in chunk.choices:
             r = (c.delta.model_extra or {}).get("reasoning_content")
+            assert r == (c.delta.model_extra or {}).get("reasoning")  # the two names carry the same text
             if r:
                 reasoning += r
                 order.append("r")
