@@ -223,7 +223,7 @@ def _report_error(exc: Any) -> None:
 
 def _compile(canonical: str, tokenizer_dir: Path | None) -> tuple[Any, Any]:
     """Compile in-process like the engine; exit 1 with xgrammar's message on failure."""
-    from grammars.compile import capture_warnings, compile_text, load_compiler
+    from grammars.xgrammar_calls import capture_warnings, compile_text, load_compiler
 
     if tokenizer_dir is None:
         from service.assets import model_dir

@@ -163,7 +163,7 @@ def test_root_recursion_breaks_the_token_mask() -> None:
     import xgrammar
 
     from grammars.check_cli import _allowed
-    from grammars.compile import compile_text, load_compiler
+    from grammars.xgrammar_calls import compile_text, load_compiler
     from service.assets import model_dir
 
     tok, compiler = load_compiler(model_dir("smollm2"))

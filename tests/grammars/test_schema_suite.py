@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from grammars.check_cli import grammar_text, walk_tokens
-from grammars.compile import capture_warnings, compile_text, load_compiler
+from grammars.xgrammar_calls import capture_warnings, compile_text, load_compiler
 from grammars.errors import GrammarError
 from grammars.json_schema import check_schema
 
