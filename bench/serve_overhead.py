@@ -62,14 +62,16 @@ def prompts(n: int) -> list[str]:
     ]
 
 
-def sglang_cmd(model: Path, port: int) -> list[str]:
+def sglang_cmd(model: Path, port: int, engine: dict | None = None,
+               extra: tuple[str, ...] = ("--incremental-streaming-output",)) -> list[str]:
+    """SGLang's own server on the same engine settings as structserve (``engine``: ENGINE)."""
+    engine = engine or ENGINE
     return [
         sys.executable, "-m", "sglang.launch_server", "--model-path", str(model), "--device", "cpu",
         "--host", "127.0.0.1", "--port", str(port), "--attention-backend", "torch_native",
-        "--max-total-tokens", str(ENGINE["max_total_tokens"]), "--page-size", str(ENGINE["page_size"]),
-        "--max-running-requests", str(ENGINE["max_running_requests"]), "--dtype", ENGINE["dtype"],
-        "--random-seed", "0", "--log-level", "warning", "--incremental-streaming-output",
-        "--served-model-name", model.name,
+        "--max-total-tokens", str(engine["max_total_tokens"]), "--page-size", str(engine["page_size"]),
+        "--max-running-requests", str(engine["max_running_requests"]), "--dtype", engine["dtype"],
+        "--random-seed", "0", "--log-level", "warning", *extra, "--served-model-name", model.name,
     ]
 
 

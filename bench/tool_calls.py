@@ -37,10 +37,11 @@ from tqdm import tqdm
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.serve_overhead import start, stop  # noqa: E402
+from bench.serve_overhead import sglang_cmd, start, stop  # noqa: E402
 from tests.server import free_port  # noqa: E402
 
 ENGINE = {"max_total_tokens": 8192, "page_size": 16, "max_running_requests": 4, "dtype": "bfloat16"}
+SGLANG_FLAGS = ("--sleep-on-idle", "--tool-call-parser", "qwen25")
 TASKS_FILE = Path(__file__).with_name("tool_calls_tasks.json")
 
 
@@ -130,17 +131,6 @@ def summarize(recs: list[dict[str, Any]]) -> dict[str, Any]:
 
 # ---- running ----------------------------------------------------------------------------------
 
-def sglang_cmd(model: Path, port: int) -> list[str]:
-    return [
-        sys.executable, "-m", "sglang.launch_server", "--model-path", str(model), "--device", "cpu",
-        "--host", "127.0.0.1", "--port", str(port), "--attention-backend", "torch_native",
-        "--max-total-tokens", str(ENGINE["max_total_tokens"]), "--page-size", str(ENGINE["page_size"]),
-        "--max-running-requests", str(ENGINE["max_running_requests"]), "--dtype", ENGINE["dtype"],
-        "--random-seed", "0", "--log-level", "warning", "--sleep-on-idle",
-        "--tool-call-parser", "qwen25", "--served-model-name", model.name,
-    ]
-
-
 def structserve_cmd(model: Path, port: int) -> list[str]:
     return [sys.executable, "-m", "service", "serve", "--model", str(model), "--port", str(port)]
 
@@ -187,7 +177,7 @@ def run_server(name: str, model: Path, tasks: list[dict[str, Any]], tools: dict[
     base = f"http://127.0.0.1:{port}"
     t0 = time.perf_counter()
     if name == "sglang":
-        proc = start(sglang_cmd(model, port), {}, f"{base}/health_generate", Path("/tmp/bench-tool-calls-sglang.log"))
+        proc = start(sglang_cmd(model, port, ENGINE, SGLANG_FLAGS), {}, f"{base}/health_generate", Path("/tmp/bench-tool-calls-sglang.log"))
     else:
         proc = start(structserve_cmd(model, port), structserve_env(), f"{base}/ready",
                      Path("/tmp/bench-tool-calls-structserve.log"))
