@@ -203,7 +203,7 @@ class GrammarCompiler:
             raise SchemaTooComplexError(
                 f"compiling this {kind} took longer than {self.timeout_s:g} s; simplify it "
                 "(fewer/shorter nested alternatives, smaller bounded repetitions)")
-        return reply
+        return tuple(reply)
 
     @staticmethod
     def _error_from(kind: Kind, reply: tuple[Any, ...]) -> GrammarError | None:
@@ -263,4 +263,5 @@ class GrammarCompiler:
         if proc.is_alive():
             proc.kill()
         proc.join(5)
-        return proc.exitcode
+        exitcode: int | None = proc.exitcode
+        return exitcode

@@ -47,6 +47,7 @@ from grammars.errors import (
 )
 from grammars.keywords import KEYWORDS, SGLANG_FORMATS, KeywordSupport
 from grammars.productive import check_productive
+from grammars.schema_access import member_dict
 from grammars.schema_rules import node_problems
 
 __all__ = [
@@ -275,7 +276,7 @@ def _loosen_keyword(node: dict[str, Any], keyword: str) -> None:
     if keyword == "oneOf" and "anyOf" not in node:
         node["anyOf"] = value
     elif keyword == "required" and isinstance(value, list):
-        props = node.get("properties") if isinstance(node.get("properties"), dict) else {}
+        props = member_dict(node, "properties")
         kept = [n for n in value if n in props]
         if kept:
             node["required"] = kept

@@ -28,6 +28,7 @@ from typing import Any
 
 from grammars.canonical import escape_token, iter_subschemas
 from grammars.errors import UnsatisfiableSchemaError
+from grammars.schema_access import member_dict, member_list
 
 __all__ = ["Unproductive", "check_productive", "find_unproductive"]
 
@@ -152,8 +153,8 @@ def _kinds(value: dict[str, Any]) -> list[str]:
 
 
 def _object_needs(pointer: str, value: dict[str, Any]) -> list[_Edge]:
-    props = value.get("properties") if isinstance(value.get("properties"), dict) else {}
-    required = value.get("required") if isinstance(value.get("required"), list) else []
+    props = member_dict(value, "properties")
+    required = member_list(value, "required")
     return [_Edge(f"{pointer}/properties/{escape_token(name)}", "required", True)
             for name in dict.fromkeys(required) if isinstance(name, str) and name in props]
 
@@ -161,7 +162,7 @@ def _object_needs(pointer: str, value: dict[str, Any]) -> list[_Edge]:
 def _array_needs(pointer: str, value: dict[str, Any]) -> list[_Edge]:
     raw = value.get("minItems", 0)
     least = int(raw) if isinstance(raw, (int, float)) and not isinstance(raw, bool) else 0
-    prefix = value.get("prefixItems") if isinstance(value.get("prefixItems"), list) else []
+    prefix = member_list(value, "prefixItems")
     edges = [_Edge(f"{pointer}/prefixItems/{i}", "minItems", True) for i in range(min(least, len(prefix)))]
     if least > len(prefix) and "items" in value:
         edges.append(_Edge(f"{pointer}/items", "minItems", True))
@@ -213,11 +214,11 @@ def _used_children(pointer: str, value: Any) -> Iterator[str]:
     kinds = _kinds(value)
     if "object" in kinds or "any" in kinds:
         for key in ("properties", "patternProperties"):
-            members = value.get(key) if isinstance(value.get(key), dict) else {}
+            members = member_dict(value, key)
             yield from (f"{pointer}/{key}/{escape_token(name)}" for name in members)
         yield from (f"{pointer}/{key}" for key in _OBJECT_CHILDREN if key in value)
     if "array" in kinds or "any" in kinds:
-        prefix = value.get("prefixItems") if isinstance(value.get("prefixItems"), list) else []
+        prefix = member_list(value, "prefixItems")
         yield from (f"{pointer}/prefixItems/{i}" for i in range(len(prefix)))
         yield from (f"{pointer}/{key}" for key in _ARRAY_CHILDREN if key in value)
 

@@ -14,15 +14,16 @@ from typing import Any
 from grammars.canonical import Node, branches_disjoint, pattern_problem
 from grammars.errors import Unsupported
 from grammars.keywords import (
-    KEYWORDS,
-    SGLANG_FORMATS,
     _APPLICATORS,
     _INFERRED_BY,
     _NAME_KEYWORDS,
     _NEEDS_TYPE,
     _NEUTRAL,
     _STRING_GROUPS,
+    KEYWORDS,
+    SGLANG_FORMATS,
 )
+from grammars.schema_access import member_dict, member_list
 
 
 def node_problems(node: Node, root: dict[str, Any]) -> list[Unsupported]:
@@ -126,9 +127,9 @@ def _string_problems(value: dict[str, Any], pointer: str) -> list[Unsupported]:
 
 def _object_problems(value: dict[str, Any], pointer: str) -> list[Unsupported]:
     """required names, patternProperties, propertyNames, minProperties."""
-    props = value.get("properties") if isinstance(value.get("properties"), dict) else {}
+    props = member_dict(value, "properties")
     out = []
-    required = value.get("required") if isinstance(value.get("required"), list) else []
+    required = member_list(value, "required")
     missing = [n for n in required if n not in props]
     if missing:
         out.append(Unsupported("required", pointer, f"{missing} not declared in properties; "

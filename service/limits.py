@@ -71,7 +71,8 @@ class TokenBucket:
 class Admission:
     def __init__(self, max_running: int, max_queued: int, retry_after: int = 1) -> None:
         self.max_running, self.max_queued, self.retry_after = max_running, max_queued, retry_after
-        self.running, self._waiters = 0, []
+        self.running = 0
+        self._waiters: list[asyncio.Future[None]] = []
 
     @property
     def queued(self) -> int:

@@ -29,11 +29,11 @@ from typing import Hashable, Sequence
 
 @dataclass(eq=False)
 class Node:
-    key: tuple = ()
+    key: tuple[int, ...] = ()
     page: int = -1
     parent: "Node | None" = None
     depth: int = 0  # pages from the root
-    children: dict = field(default_factory=dict)
+    children: "dict[tuple[int, ...], Node]" = field(default_factory=dict)
     lock_ref: int = 0
     last_access: int = 0
 
@@ -79,7 +79,7 @@ class PageRadix:
     def _root(self, ns: Hashable) -> Node:
         return self.roots.setdefault(ns, Node())
 
-    def _pages_of(self, tokens: Sequence[int]) -> list[tuple]:
+    def _pages_of(self, tokens: Sequence[int]) -> list[tuple[int, ...]]:
         p = self.page_size
         return [tuple(tokens[i:i + p]) for i in range(0, len(tokens) - p + 1, p)]
 
@@ -101,10 +101,10 @@ class PageRadix:
     def match(self, ns: Hashable, tokens: Sequence[int]) -> Match:
         node, path, now = self.roots.get(ns), [], next(self._clock)
         for key in self._pages_of(tokens) if node is not None else []:
-            node = node.children.get(key)
-            if node is None:
+            child = node.children.get(key) if node is not None else None
+            if child is None:
                 break
-            path.append(node)
+            path.append(node := child)
         usable = self._usable(path)
         for n in path[:usable]:
             n.last_access = now
@@ -127,12 +127,12 @@ class PageRadix:
                     break
         return units * c
 
-    def lock(self, node: Node) -> None:
+    def lock(self, node: Node | None) -> None:
         while node is not None:
             node.lock_ref += 1
             node = node.parent
 
-    def unlock(self, node: Node) -> None:
+    def unlock(self, node: Node | None) -> None:
         while node is not None:
             if node.lock_ref <= 0:
                 raise RuntimeError("unlock without a matching lock")
@@ -166,6 +166,8 @@ class PageRadix:
         freed = []
         while True:
             parent = node.parent
+            if parent is None:
+                raise RuntimeError("a root node is never removed")
             del parent.children[node.key]
             freed.append(node.page)
             if (node.depth - 1) % self.combine == 0 or parent.parent is None or parent.children \
