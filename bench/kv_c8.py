@@ -27,6 +27,7 @@ import math
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
@@ -59,26 +60,30 @@ def decode_speed(engine, prompts: list[list[int]], params: dict) -> float:
 
 def calibrate_once(model: Path) -> None:
     """C8-S scales from the calibration split (never the held-out text)."""
+    from runtime_ext.config import RuntimeExtConfig
     from runtime_ext.kv_cache.calibration import calibrate
     from service.assets import calibration_text
 
     path = Path("/tmp/structserve-bench-kv-calibration.json")
     calib = calibrate(model, calibration_text(), tokens=2048)
     calib.save(path)
-    os.environ["STRUCTSERVE_KV_CALIBRATION"] = str(path)
+    replace(RuntimeExtConfig.from_env(), kv_calibration=path).export()
     print(f"calibration: ε mean {calib.eps_mean:.4f}, τ {calib.tau:.4f}, outlier rate {calib.outlier_rate:.2%}")
 
 
 def run_mode(model: Path, mode: str, prompts: list[list[int]], args: argparse.Namespace) -> dict:
+    from runtime_ext.config import RuntimeExtConfig
     from runtime_ext.plugin import INTERNAL_STATE_KEY
     from service.engine import EngineOptions, prepare_process_env
+    from service.settings import EngineSettings
 
     prepare_process_env("cpu")
     import sglang
 
     kv_cache, _, read = mode.partition("/")
-    os.environ["STRUCTSERVE_ATTENTION"] = "sglang" if read else "structserve"  # read by the scheduler's plugin
-    options = EngineOptions(model_path=model, dtype=args.dtype, max_total_tokens=16384, page_size=16,
+    # read by the scheduler's plugin
+    replace(RuntimeExtConfig.from_env(), attention="sglang" if read else "structserve").export()
+    options = EngineOptions(model_path=model, dtype=args.dtype, engine=EngineSettings(max_total_tokens=16384),
                             kv_cache=kv_cache)
     engine = sglang.Engine(**options.engine_kwargs(), chunked_prefill_size=args.chunk)
     try:

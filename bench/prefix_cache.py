@@ -21,6 +21,7 @@ import os
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
@@ -50,14 +51,16 @@ def ttft(engine, ids: list[int]) -> float:
 
 
 def run(model: Path, impl: str, shared: list[int], questions: list[list[int]]) -> dict:
+    from runtime_ext.config import RuntimeExtConfig
     from service.engine import EngineOptions, prepare_process_env
+    from service.settings import EngineSettings
 
     prepare_process_env("cpu")
-    os.environ["STRUCTSERVE_ATTENTION"] = impl  # read by the plugin in the scheduler process
+    replace(RuntimeExtConfig.from_env(), attention=impl).export()  # read by the plugin in the scheduler process
     import sglang
 
-    engine = sglang.Engine(**EngineOptions(model_path=model, dtype="bfloat16", max_total_tokens=16384,
-                                           page_size=16).engine_kwargs())
+    engine = sglang.Engine(**EngineOptions(model_path=model, dtype="bfloat16",
+                                           engine=EngineSettings(max_total_tokens=16384)).engine_kwargs())
     try:
         ttft(engine, shared[:64])  # warm-up
         miss, hit = [], []

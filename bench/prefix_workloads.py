@@ -21,6 +21,7 @@ import os
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
@@ -55,15 +56,17 @@ def workloads(model: Path) -> dict[str, list[tuple[bool, list[int]]]]:
 
 
 def serve(model: Path, backend: str, combine: int, requests: list[tuple[bool, list[int]]]) -> dict:
+    from runtime_ext.config import RuntimeExtConfig
     from runtime_ext.plugin import INTERNAL_STATE_KEY
     from service.engine import EngineOptions, prepare_process_env
+    from service.settings import EngineSettings
 
     prepare_process_env("cpu")
-    os.environ["STRUCTSERVE_COMBINE_BLOCKS"] = str(combine)  # read by the scheduler it spawns
+    replace(RuntimeExtConfig.from_env(), combine_blocks=combine).export()  # read by the scheduler it spawns
     import sglang
 
-    engine = sglang.Engine(**EngineOptions(model_path=model, dtype="bfloat16", max_total_tokens=16384,
-                                           page_size=16, prefix_cache=backend).engine_kwargs())
+    engine = sglang.Engine(**EngineOptions(model_path=model, dtype="bfloat16", engine=EngineSettings(max_total_tokens=16384),
+                                           prefix_cache=backend).engine_kwargs())
     try:
         engine.generate(input_ids=[[1, 2, 3]], sampling_params={"max_new_tokens": 1})  # warm-up
         cached = prompt = 0

@@ -22,6 +22,7 @@ import math
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
@@ -63,15 +64,19 @@ def prepare(base: Path) -> tuple[Path, list[str]]:
 
 
 def run_row(model: Path, scheme: str | None, policy: dict, windows: list[list[int]]) -> dict:
+    from runtime_ext.config import RuntimeExtConfig
     from runtime_ext.plugin import INTERNAL_STATE_KEY
+    from runtime_ext.quant.policy import QuantPolicy
     from service.engine import EngineOptions, prepare_process_env
+    from service.settings import EngineSettings
 
     prepare_process_env("cpu")
     import sglang
 
-    os.environ["STRUCTSERVE_QUANT"] = json.dumps({"scheme": scheme or "w8a8_dynamic", "group_size": 128,
-                                                  "stage_aware": False, "keep": [], **policy})
-    options = EngineOptions(model_path=model, dtype="bfloat16", max_total_tokens=16384, page_size=16,
+    quant = QuantPolicy.from_json(json.dumps({"scheme": scheme or "w8a8_dynamic", "group_size": 128,
+                                              "stage_aware": False, "keep": [], **policy}))
+    replace(RuntimeExtConfig.from_env(), quant_policy=quant).export()
+    options = EngineOptions(model_path=model, dtype="bfloat16", engine=EngineSettings(max_total_tokens=16384),
                             quantization=f"structserve_{scheme}" if scheme else None)
     engine = sglang.Engine(**options.engine_kwargs())
     try:

@@ -1,7 +1,8 @@
 """Entry point SGLang calls in every process it starts (launcher, scheduler, detokenizer).
 
 ``register()`` must be idempotent and cheap: SGLang may call it several times per
-process. Each capability registers itself here. The plugin also reports itself
+process. Each capability registers itself here, with its part of the process's one
+``PluginState`` (``runtime_ext.state``), which this module owns. The plugin also reports itself
 through the scheduler's internal-state RPC, which is how the service (and the
 tests) prove that our code really runs inside SGLang's scheduler process.
 """
@@ -12,25 +13,23 @@ import os
 from typing import Any
 
 from runtime_ext import __version__
+from runtime_ext.state import PluginState
 
-INTERNAL_STATE_KEY = "structserve_runtime_ext"
+INTERNAL_STATE_KEY = "structserve_runtime_ext"  # the service reads the report under this key
 _INTERNAL_STATE_TARGET = (
     "sglang.srt.managers.scheduler_components.internal_state."
     "SchedulerInternalStateController.get_internal_state"
 )
-_registered_pids: set[int] = set()
+_STATE = PluginState()  # this process's
 
 
 def plugin_report() -> dict[str, Any]:
     """What the plugin says about itself in the process that calls this (in the scheduler:
     also the KV-cache method its pool was built with)."""
-    from runtime_ext.kv_cache.sglang_method import built_method, method_stats
-    from runtime_ext.prefix_cache.sglang_backend import stats as prefix_stats
-    from runtime_ext.quant.sglang_method import stats as quant_stats
-
-    return {"version": __version__, "pid": os.getpid(), "registered": os.getpid() in _registered_pids,
-            "kv_cache": built_method(), "kv_cache_stats": method_stats(), "quant": quant_stats(),
-            "prefix_cache": prefix_stats()}
+    state = _STATE
+    return {"version": __version__, "pid": os.getpid(), "registered": os.getpid() in state.registered_pids,
+            "kv_cache": state.kv_cache.method_name(), "kv_cache_stats": state.kv_cache.method_stats(),
+            "quant": state.quant.report(), "prefix_cache": state.prefix_cache.report()}
 
 
 def pool_report(scheduler: Any) -> dict[str, int]:
@@ -68,24 +67,25 @@ def _add_report(result: Any, controller: Any = None, *_args: Any, **_kwargs: Any
 
 def register() -> None:
     """Register structserve's hooks with SGLang (idempotent per process)."""
-    if os.getpid() in _registered_pids:
+    state = _STATE
+    if os.getpid() in state.registered_pids:
         return
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     from runtime_ext.attention import native
     from runtime_ext.fixes import sampling_seed
-    from runtime_ext.kv_cache import sglang_method
+    from runtime_ext.kv_cache import sglang_hooks as kv_hooks
     from runtime_ext.parsers.sglang_adapter import register_tool_parsers
     from runtime_ext.prefix_cache import sglang_backend as prefix_backend
     from runtime_ext.quant import checkpoint_method
-    from runtime_ext.quant import sglang_method as quant_method
+    from runtime_ext.quant import sglang_methods as quant_methods
 
     HookRegistry.register(_INTERNAL_STATE_TARGET, _add_report, HookType.AFTER)
     sampling_seed.register(HookRegistry, HookType)
-    sglang_method.register(HookRegistry, HookType)  # kv_cache_dtype="c8_dynamic"
+    kv_hooks.register(HookRegistry, HookType, state.kv_cache)  # kv_cache_dtype="c8_dynamic"
     native.register()  # torch_native attention: new queries only, gathered KV rows
-    quant_method.register(HookRegistry, HookType)  # quantization="structserve_w8a8_dynamic" etc.
-    checkpoint_method.register()  # msModelSlim-layout checkpoints (quant_model_description.json)
-    prefix_backend.register()  # radix_cache_backend="structserve_combined"
+    quant_methods.register(HookRegistry, HookType, state.quant)  # quantization="structserve_w8a8_dynamic" etc.
+    checkpoint_method.register(state.quant)  # msModelSlim-layout checkpoints (quant_model_description.json)
+    prefix_backend.register(state.prefix_cache)  # radix_cache_backend="structserve_combined"
     register_tool_parsers()  # structserve_<format> names for SGLang's own --tool-call-parser
-    _registered_pids.add(os.getpid())
+    state.registered_pids.add(os.getpid())

@@ -11,50 +11,48 @@ import asyncio
 import logging
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator
 
 from fastapi import HTTPException
 
+from runtime_ext.kv_cache.sizing import KVMode
+from runtime_ext.plugin import INTERNAL_STATE_KEY
 from service.errors import EngineError, InvalidRequestError, ServiceError
 from service.pipeline.types import EngineDelta, EngineOutput, GenerationPlan
+from service.settings import EngineSettings, PrefixBackend
 
 log = logging.getLogger(__name__)
-PLUGIN_STATE_KEY = "structserve_runtime_ext"  # runtime_ext.plugin.INTERNAL_STATE_KEY
 
 
 @dataclass(frozen=True)
 class EngineOptions:
+    """The engine's arguments: ``engine`` is the ``engine:`` settings section as startup resolved
+    it (``max_total_tokens`` from the KV byte budget when one is set), the rest come from the
+    top-level settings and the startup checks."""
+
     model_path: Path
+    engine: EngineSettings = field(default_factory=EngineSettings)
     dtype: str = "auto"
-    device: str = "cpu"
-    max_total_tokens: int = 32768
-    page_size: int = 16
-    context_length: int | None = None
-    max_running_requests: int = 64
-    attention_backend: str = "torch_native"
-    random_seed: int = 0
-    log_level: str = "warning"
-    sleep_on_idle: bool = True
-    disable_overlap_schedule: bool = False
-    kv_cache: str = "bf16"
+    kv_cache: KVMode = "bf16"
     quantization: str | None = None  # an SGLang quantization method name (ours: structserve_<scheme>)
-    prefix_cache: str = "sglang"  # sglang (its default radix cache) | combined (runtime_ext's) | off
+    prefix_cache: PrefixBackend = "sglang"
 
     def engine_kwargs(self) -> dict[str, Any]:
+        e = self.engine
         kwargs: dict[str, Any] = dict(
             model_path=str(self.model_path),
             dtype=self.dtype,
-            device=self.device,
-            max_total_tokens=self.max_total_tokens,
-            page_size=self.page_size,
-            max_running_requests=self.max_running_requests,
-            attention_backend=self.attention_backend,
-            random_seed=self.random_seed,
-            log_level=self.log_level,
-            sleep_on_idle=self.sleep_on_idle,
-            disable_overlap_schedule=self.disable_overlap_schedule,
+            device=e.device,
+            max_total_tokens=e.max_total_tokens,
+            page_size=e.page_size,
+            max_running_requests=e.max_running_requests,
+            attention_backend=e.attention_backend,
+            random_seed=e.random_seed,
+            log_level=e.log_level,
+            sleep_on_idle=e.sleep_on_idle,
+            disable_overlap_schedule=e.disable_overlap_schedule,
             # bf16 = unquantized (the model's dtype); c8_* are runtime_ext's INT8 methods
             kv_cache_dtype="auto" if self.kv_cache == "bf16" else self.kv_cache,
             incremental_streaming_output=True,
@@ -62,13 +60,13 @@ class EngineOptions:
             # grammars/compile.py checks ahead of the engine.
             constrained_json_disable_any_whitespace=True,
         )
-        if self.context_length is not None:
-            kwargs["context_length"] = self.context_length
+        if e.context_length is not None:
+            kwargs["context_length"] = e.context_length
         if self.quantization is not None:
             kwargs["quantization"] = self.quantization
         if self.prefix_cache == "off":
             kwargs["disable_radix_cache"] = True
-        elif self.prefix_cache == "combined":  # C reaches the scheduler as STRUCTSERVE_COMBINE_BLOCKS
+        elif self.prefix_cache == "combined":  # C reaches the scheduler in RuntimeExtConfig.combine_blocks
             kwargs["radix_cache_backend"] = "structserve_combined"
         return kwargs
 
@@ -93,7 +91,7 @@ class SGLangEngine:
 
     @classmethod
     def start(cls, options: EngineOptions) -> "SGLangEngine":
-        prepare_process_env(options.device)
+        prepare_process_env(options.engine.device)
         import sglang
 
         log.info("starting SGLang engine: %s", options)
@@ -166,13 +164,13 @@ class SGLangEngine:
         """Tokens held by running requests (the radix cache's evictable pages excluded)."""
         loads = await self._tm.get_loads(include=["core", "memory"])
         load = loads[0]
-        capacity = load.memory.token_capacity if load.memory else self.options.max_total_tokens
+        capacity = load.memory.token_capacity if load.memory else self.options.engine.max_total_tokens
         return KVUsage(used_tokens=int(load.num_used_tokens), capacity_tokens=int(capacity))
 
     async def plugin_report(self) -> dict[str, Any] | None:
         """The runtime_ext plugin's report from inside the scheduler process, if loaded."""
         states = await self._tm.get_internal_state()
-        return states[0].get(PLUGIN_STATE_KEY) if states else None
+        return states[0].get(INTERNAL_STATE_KEY) if states else None
 
     def child_pids(self) -> list[int]:
         return list(self._engine.get_all_child_pids())

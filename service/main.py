@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -15,42 +14,30 @@ from fastapi import FastAPI
 
 from runtime_ext.formats import select_format
 from runtime_ext.formats.reasoning import select_reasoning_format
-from service import kv
 from service.api.deps import ServiceState
 from service.api.errors import install_error_handlers
 from service.api.gate import Gate, RequestContext
 from service.api.routes import chat, health, metrics, models
-from service.engine import EngineOptions, SGLangEngine
+from service.engine import SGLangEngine
 from service.grammar import GrammarService
-from service.logs import restore_logging
 from service.limits import Admission, KeyRing, TokenBucket, load_keys
+from service.logs import restore_logging
 from service.pipeline.chat import ChatPipeline, ModelFormats
 from service.pipeline.think import ReasoningSetup
 from service.pipeline.types import ReasoningPolicy, ServingLimits
-from service.quant import quant_setup
 from service.settings import Settings
+from service.startup import ModelInfo, prepare_engine
 from service.tokenizer import HFChatTemplate
 
 log = logging.getLogger(__name__)
 
 
-def engine_options(settings: Settings, model_dir: Path) -> EngineOptions:
-    """Checks the KV-cache setup (calibration file, byte budget) on the way."""
-    engine = settings.engine.model_dump(exclude={"kv_cache_bytes"})
-    engine["max_total_tokens"] = kv.pool_tokens(settings, model_dir, kv.check_kv_cache(settings, model_dir))
-    os.environ["STRUCTSERVE_COMBINE_BLOCKS"] = str(settings.prefix_cache.combine_blocks)  # read by the scheduler
-    if settings.prefix_cache.events_path is not None:
-        os.environ["STRUCTSERVE_PREFIX_EVENTS"] = str(settings.prefix_cache.events_path)
-    return EngineOptions(model_path=model_dir, dtype=settings.dtype, kv_cache=settings.kv_cache,
-                         quantization=quant_setup(settings, model_dir), prefix_cache=settings.prefix_cache.backend,
-                         **engine)
-
-
 async def _load(state: ServiceState, model_dir: Path, on_failure: Any) -> None:
     try:
-        template = await asyncio.to_thread(HFChatTemplate, model_dir)
+        info = await asyncio.to_thread(ModelInfo.read, model_dir)
+        template = await asyncio.to_thread(HFChatTemplate, model_dir, info.model_type)
         formats, policy = _formats(state.settings, template)
-        engine = await asyncio.to_thread(SGLangEngine.start, engine_options(state.settings, model_dir))
+        engine = await asyncio.to_thread(SGLangEngine.start, prepare_engine(state.settings, info))
         restore_logging()
         state.engine = engine
         g = state.settings.grammar

@@ -18,9 +18,12 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 DEFAULT_CONFIG = CONFIG_DIR / "default.yaml"
 CONFIG_ENV = "STRUCTSERVE_CONFIG"
+PrefixBackend = Literal["sglang", "combined", "off"]  # SGLang's radix cache | runtime_ext's combined one | none
 
 
 class EngineSettings(BaseModel):
+    """The ``engine:`` section; ``service.engine.EngineOptions`` holds it as startup resolved it."""
+
     model_config = ConfigDict(extra="forbid")
 
     device: Literal["cpu", "npu"] = "cpu"
@@ -67,7 +70,7 @@ class QuantSettings(BaseModel):
 class PrefixCacheSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    backend: Literal["sglang", "combined", "off"] = "sglang"
+    backend: PrefixBackend = "sglang"
     combine_blocks: int = Field(4, ge=1, le=64)
     events_path: Path | None = None  # combined backend: JSON-lines stored/removed/hit events
 

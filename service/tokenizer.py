@@ -16,15 +16,14 @@ EMPTY_PARAMETERS = {"type": "object", "properties": {}}
 class HFChatTemplate:
     """Renders messages (and tools) with the tokenizer's own Jinja chat template."""
 
-    def __init__(self, model_dir: Path):
+    def __init__(self, model_dir: Path, model_type: str | None):
         from transformers import AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
         if not getattr(self.tokenizer, "chat_template", None):
             raise ValueError(f"the tokenizer in {model_dir} has no chat template")
         self.renders_tools = template_renders_tools(self.tokenizer.chat_template)
-        config = model_dir / "config.json"
-        self.model_type = json.loads(config.read_text()).get("model_type") if config.is_file() else None
+        self.model_type = model_type  # ModelInfo.model_type (config.json's)
 
     def render(
         self, messages: Sequence[Message], tools: Sequence[ToolDef] = (), suffix: str = "",

@@ -12,13 +12,11 @@ SGLang 0.5.23's ``TorchNativeAttnBackend`` has two costs we remove here:
    C8 methods, only each request's rows are gathered and dequantized (``method.gather``).
 
 Anything else (cross-attention, encoder lengths, sliding windows, other quant methods)
-goes to the upstream code unchanged. ``STRUCTSERVE_ATTENTION=sglang`` keeps the upstream
+goes to the upstream code unchanged. ``RuntimeExtConfig.attention == "sglang"`` keeps the upstream
 backend (for A/B measurements).
 """
 
 from __future__ import annotations
-
-import os
 
 import torch
 from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
@@ -26,7 +24,7 @@ from sglang.srt.layers.radix_attention import AttentionType
 from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 from torch.nn.functional import scaled_dot_product_attention
 
-ENV = "STRUCTSERVE_ATTENTION"
+from runtime_ext.config import RuntimeExtConfig
 
 
 class StructserveNativeAttnBackend(TorchNativeAttnBackend):
@@ -99,8 +97,8 @@ def _cpu(host, device_tensor) -> list[int]:
 
 
 def register() -> None:
-    """Make SGLang's ``torch_native`` name build this backend (unless STRUCTSERVE_ATTENTION=sglang)."""
-    if os.environ.get(ENV, "structserve") == "sglang":
+    """Make SGLang's ``torch_native`` name build this backend (unless the config's attention is sglang)."""
+    if RuntimeExtConfig.from_env().attention == "sglang":
         return
     from sglang.srt.layers.attention import attention_registry
 

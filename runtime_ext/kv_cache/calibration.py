@@ -77,14 +77,6 @@ def load_calibration(path: Path, layers: int, kv_heads: int, head_dim: int) -> C
     return check_shape(load_raw_calibration(path), path, layers, kv_heads, head_dim)
 
 
-def model_kv_shape(model_dir: Path) -> tuple[int, int, int]:
-    """(layers, kv_heads, head_dim) from a HF ``config.json``."""
-    cfg = json.loads((Path(model_dir) / "config.json").read_text())
-    heads = cfg.get("num_key_value_heads") or cfg["num_attention_heads"]
-    dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
-    return cfg["num_hidden_layers"], heads, dim
-
-
 def _chunks(ids: list[int], size: int) -> Iterable[list[int]]:
     for start in range(0, len(ids) - 1, size):
         yield ids[start:start + size]

@@ -3,7 +3,7 @@
 - ``c8_dynamic``: int8 K/V ``[size, H, D]`` plus float16 scales ``[size, H]`` per layer,
   computed when a token is stored (absmax/127 per token and head).
 - ``c8_static``: int8 K/V with read-only per-channel scales ``[H, D]`` per layer from the
-  calibration file (``STRUCTSERVE_KV_CALIBRATION``); values clamped.
+  calibration file (``RuntimeExtConfig.kv_calibration``); values clamped.
 - ``c8_static_residual``: ``c8_static`` plus INT4 residuals for outlier vectors (ε > τ) in
   a side buffer per layer and K-or-V (``residual.ResidualSlots``); slots are released when
   the allocator frees their pages, and when a location is written again.
@@ -15,17 +15,15 @@ runtime_ext's attention backend reads. All math goes through the ops dispatch ta
 
 from __future__ import annotations
 
-import os
 from functools import cached_property
-from pathlib import Path
 from typing import Any
 
 import torch
 from sglang.srt.layers.quantization.fp4_kv_cache_quant_method import KVCacheQuantMethodBase
 
+from runtime_ext.config import RuntimeExtConfig
 from runtime_ext.kv_cache import sizing
 from runtime_ext.kv_cache.residual import ResidualSlots
-from runtime_ext.kv_cache.sglang_method import CALIBRATION_ENV
 from runtime_ext.ops import get_op
 
 
@@ -83,15 +81,19 @@ class C8StaticKVCacheMethod(C8DynamicKVCacheMethod):
     QUANTIZE, DEQUANTIZE = "kv_quantize_static", "kv_dequantize_static"
 
     @cached_property
+    def calibration_path(self) -> Any:
+        return RuntimeExtConfig.from_env().require_kv_calibration()
+
+    @cached_property
     def calibration(self) -> Any:
         from runtime_ext.kv_cache.calibration import load_raw_calibration
 
-        return load_raw_calibration(Path(os.environ[CALIBRATION_ENV]))
+        return load_raw_calibration(self.calibration_path)
 
     def create_buffers(self, size, head_num, head_dim, layer_num, device) -> dict:
         from runtime_ext.kv_cache.calibration import check_shape
 
-        calib = check_shape(self.calibration, os.environ[CALIBRATION_ENV], layer_num, head_num, head_dim)
+        calib = check_shape(self.calibration, self.calibration_path, layer_num, head_num, head_dim)
         bufs = super().create_buffers(size, head_num, head_dim, layer_num, device)
 
         def scales(rows):

@@ -15,8 +15,10 @@
 from __future__ import annotations
 
 import math
+from typing import Literal, get_args
 
-KV_MODES = ("bf16", "c8_dynamic", "c8_static", "c8_static_residual")
+KVMode = Literal["bf16", "c8_dynamic", "c8_static", "c8_static_residual"]
+KV_MODES: tuple[KVMode, ...] = get_args(KVMode)
 RESIDUAL_HEADROOM = 6.0  # slots reserved per calibrated outlier (held-out text runs ~4x the calibration rate)
 RESIDUAL_MIN_RATE = 0.01  # slots for at least 1% of the vectors, whatever the calibration saw
 RESIDUAL_SLOT_OVERHEAD = 2 + 4 + 4  # float16 scale, int32 key, int32 slot id
@@ -36,7 +38,7 @@ def residual_slot_bytes(head_dim: int) -> int:
     return head_dim // 2 + RESIDUAL_SLOT_OVERHEAD
 
 
-def cell_bytes(mode: str, layers: int, heads: int, head_dim: int, outlier_rate: float = 0.0) -> int:
+def cell_bytes(mode: KVMode | str, layers: int, heads: int, head_dim: int, outlier_rate: float = 0.0) -> int:
     """Bytes per token of KV cache (all layers, K and V)."""
     if mode == "bf16":
         return 2 * layers * heads * head_dim * 2

@@ -1,6 +1,6 @@
 """Prefix-cache event stream for offline analysis (pure logic: no torch, no sglang).
 
-Opt-in (``prefix_cache.events_path``; the scheduler reads ``STRUCTSERVE_PREFIX_EVENTS``): one
+Opt-in (``prefix_cache.events_path``; the scheduler reads ``RuntimeExtConfig.prefix_events``): one
 JSON object per line, appended as the cache works:
 
     {"t": 1732280000.123, "event": "stored",  "ns": null, "hashes": ["9f3c…", …]}

@@ -1,7 +1,7 @@
 """``structserve_combined``: SGLang's radix cache with combined-block matching (imports sglang).
 
 Registered with ``register_radix_cache_backend``; selected by the service with
-``radix_cache_backend="structserve_combined"``; ``C`` from ``STRUCTSERVE_COMBINE_BLOCKS`` (set
+``radix_cache_backend="structserve_combined"``; ``C`` is ``RuntimeExtConfig.combine_blocks`` (set
 before the engine spawns its scheduler). It is SGLang's ``RadixCache`` (its insert / lock /
 evict / free contracts unchanged) with one difference: a match is cut to whole units of
 ``C`` pages (``C * page_size`` tokens). A read-only walk (no access time refreshed, no split)
@@ -14,37 +14,38 @@ the same). ``checkpoint`` re-matches what the request itself just inserted and m
 it, so it bypasses the cut.
 
 Counters (hit / miss tokens, abandoned pages: matched pages dropped because their unit was
-incomplete, evicted tokens) are reported through the plugin report and ``/metrics``. With
+incomplete, evicted tokens) go to the plugin's ``PrefixStats``, reported through the plugin
+report and ``/metrics``. With
 ``C > 1``, rejected at build time: speculative decoding (EAGLE keys are token pairs), hybrid
 SWA/SSM, hierarchical cache. With ``C = 1`` and EAGLE drafting, the last matched page is dropped
-so the draft model recomputes it (its hidden states are not cached). ``STRUCTSERVE_PREFIX_EVENTS``
+so the draft model recomputes it (its hidden states are not cached). ``RuntimeExtConfig.prefix_events``
 (a file path) turns on the JSON-lines event stream of ``events.py`` (stored / removed / hit).
 """
 
 from __future__ import annotations
 
-import os
 import time
+from functools import partial
 from typing import Any
 
 from sglang.srt.mem_cache.base_prefix_cache import MatchResult
 from sglang.srt.mem_cache.radix_cache import RadixCache
 
+from runtime_ext.config import RuntimeExtConfig
 from runtime_ext.prefix_cache.events import EventLog
+from runtime_ext.state import PrefixStats
 
 NAME = "structserve_combined"
-COMBINE_ENV = "STRUCTSERVE_COMBINE_BLOCKS"
-EVENTS_ENV = "STRUCTSERVE_PREFIX_EVENTS"
-STATS = {"backend": None, "combine_blocks": 0, "hit_tokens": 0, "miss_tokens": 0, "abandoned_pages": 0,
-         "evicted_tokens": 0, "draft_dropped_pages": 0}
 
 
 class CombinedRadixCache(RadixCache):
-    def __init__(self, params: Any, combine_blocks: int, events: EventLog | None = None) -> None:
+    def __init__(self, params: Any, combine_blocks: int, events: EventLog | None = None,
+                 stats: PrefixStats | None = None) -> None:
         self.combine, self._raw_match, self.events = combine_blocks, False, events
+        self.stats = stats if stats is not None else PrefixStats()
         super().__init__(params)
         self.unit = self.page_size * combine_blocks
-        STATS.update(backend=NAME, combine_blocks=combine_blocks)
+        self.stats.backend, self.stats.combine_blocks = NAME, combine_blocks
 
     def _cut(self, found: int) -> int:
         """Tokens of a found prefix that may be reused: whole units; with EAGLE (per-page mode)
@@ -89,8 +90,8 @@ class CombinedRadixCache(RadixCache):
         path = self._walk(key)
         found = sum(matched for _, matched in path)
         units = found // self.unit * self.unit
-        STATS["abandoned_pages"] += (found - units) // self.page_size
-        STATS["draft_dropped_pages"] += int(self.is_eagle and units > 0)
+        self.stats.abandoned_pages += (found - units) // self.page_size
+        self.stats.draft_dropped_pages += int(self.is_eagle and units > 0)
         usable = self._cut(found)
         return usable, self._take(path, usable) if usable else None
 
@@ -100,8 +101,8 @@ class CombinedRadixCache(RadixCache):
         key, _ = params.key.maybe_to_bigram_view(self.is_eagle)
         aligned = key.page_aligned(self.page_size)
         usable, node = self._match_units(aligned) if len(aligned) else (0, None)
-        STATS["hit_tokens"] += usable
-        STATS["miss_tokens"] += len(key) - usable
+        self.stats.hit_tokens += usable
+        self.stats.miss_tokens += len(key) - usable
         if self.events is not None:
             self.events.hit(_namespace(key), list(key.raw_token_ids()), usable)
         if usable == 0:
@@ -142,7 +143,7 @@ class CombinedRadixCache(RadixCache):
 
     def evict(self, params: Any) -> Any:
         result = super().evict(params)
-        STATS["evicted_tokens"] += result.num_tokens_evicted
+        self.stats.evicted_tokens += result.num_tokens_evicted
         return result
 
     def checkpoint(self, req: Any, *, up_to: int) -> None:
@@ -153,7 +154,7 @@ class CombinedRadixCache(RadixCache):
             self._raw_match = False
 
 
-def _factory(ctx: Any) -> Any:
+def _factory(stats: PrefixStats, ctx: Any) -> Any:
     from sglang.srt.mem_cache.registry import default_radix_cache_factory
 
     if ctx.disable_radix_cache:
@@ -162,26 +163,23 @@ def _factory(ctx: Any) -> Any:
     unsupported = {"speculative decoding (EAGLE keys)": p.is_eagle, "hybrid SWA": ctx.is_hybrid_swa,
                    "hybrid SSM": ctx.is_hybrid_ssm, "hierarchical cache": ctx.enable_hierarchical_cache}
     bad = [name for name, on in unsupported.items() if on]
-    combine = int(os.environ.get(COMBINE_ENV, "1"))
+    config = RuntimeExtConfig.from_env()
+    combine = config.combine_blocks
     if bad and combine > 1:
         raise ValueError(f"prefix_cache backend combined with combine_blocks={combine} cannot run with "
                          f"{', '.join(bad)}; use combine_blocks 1 or the sglang backend")
-    events = os.environ.get(EVENTS_ENV)
-    return CombinedRadixCache(p, combine, EventLog.open(events, p.page_size) if events else None)
+    events = config.prefix_events
+    return CombinedRadixCache(p, combine, EventLog.open(str(events), p.page_size) if events else None, stats)
 
 
 def _namespace(key: Any) -> Any:
     return None if key.extra_key is None and key.cache_salt is None else (key.extra_key, key.cache_salt)
 
 
-def register() -> None:
+def register(stats: PrefixStats) -> None:
     from sglang.srt.mem_cache.registry import register_radix_cache_backend
 
     try:
-        register_radix_cache_backend(NAME, _factory)
+        register_radix_cache_backend(NAME, partial(_factory, stats))
     except ValueError:
         pass  # already registered in this process
-
-
-def stats() -> dict:
-    return dict(STATS)

@@ -11,19 +11,20 @@ modelslim method needs NPU ops); on an NPU, ask for it with ``quantization=struc
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
 from sglang.srt.layers.linear import LinearBase
 from sglang.srt.utils import set_weight_attrs
 
+from runtime_ext.config import RuntimeExtConfig
 from runtime_ext.ops import get_op
 from runtime_ext.ops.kv_ref import pack_int4
 from runtime_ext.quant import modelslim
-from runtime_ext.quant.policy import ENV, QuantPolicy, shards
-from runtime_ext.quant.sglang_method import (
-    STATS, ConfigBase, KeptLinearMethod, StructserveLinearMethod, _count_bytes, _stored_bytes, add_method)
+from runtime_ext.quant.policy import QuantPolicy, shards
+from runtime_ext.quant.sglang_methods import (
+    ConfigBase, KeptLinearMethod, StructserveLinearMethod, _stored_bytes, add_method)
+from runtime_ext.state import QuantStats
 
 NAME = "structserve_modelslim"
 
@@ -61,16 +62,19 @@ class CheckpointLinearMethod(StructserveLinearMethod):
             layer.prepared = get_op("weight_only_prepare", device)(stored, scale, self.policy.bits,
                                                                    self.policy.group_size)
         del layer.weight, layer.weight_scale, layer.weight_offset
-        STATS["quantized"] += 1
-        _count_bytes(_stored_bytes(layer), before)
+        self.stats.quantized += 1
+        self.stats.count_bytes(_stored_bytes(layer), before)
 
 
 class StructserveModelSlimConfig(ConfigBase):
+    quant_stats: QuantStats  # set on the class ``register`` builds (the plugin's per-process stats)
+
     def __init__(self, description: dict) -> None:
         super().__init__()
         self.types = modelslim.layer_types(description)
         self.group_size = int(description.get("group_size") or 128)
-        self.stage_aware = QuantPolicy.from_json(os.environ[ENV]).stage_aware if ENV in os.environ else False
+        policy = RuntimeExtConfig.from_env().quant_policy
+        self.stage_aware = policy.stage_aware if policy is not None else False
 
     @classmethod
     def get_name(cls) -> str:
@@ -103,9 +107,9 @@ class StructserveModelSlimConfig(ConfigBase):
                                             f"with one type in {modelslim.DESCRIPTION}, found {sorted(map(str, kinds))}")
         scheme = kinds.pop()
         if scheme == modelslim.FLOAT:
-            return KeptLinearMethod()
-        return CheckpointLinearMethod(QuantPolicy(scheme, self.group_size, self.stage_aware), prefix)
+            return KeptLinearMethod(self.quant_stats)
+        return CheckpointLinearMethod(QuantPolicy(scheme, self.group_size, self.stage_aware), self.quant_stats, prefix)
 
 
-def register() -> None:
-    add_method(StructserveModelSlimConfig)
+def register(stats: QuantStats) -> None:
+    add_method(type(StructserveModelSlimConfig.__name__, (StructserveModelSlimConfig,), {"quant_stats": stats}))

@@ -1,6 +1,6 @@
 """Which linear layers a scheme quantizes (pure logic: no torch, no sglang).
 
-The service passes ``QuantPolicy`` to SGLang's scheduler as JSON in ``STRUCTSERVE_QUANT``.
+The service passes ``QuantPolicy`` to SGLang's scheduler in ``RuntimeExtConfig.quant_policy`` (as JSON).
 Layer names are the checkpoint's (HF) names without ``.weight``: ``model.layers.3.self_attn.q_proj``.
 SGLang builds fused modules (``qkv_proj`` from q/k/v, ``gate_up_proj`` from gate/up); a fused
 module always has one scheme, so it stays high precision when *any* of its shards is listed
@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass, field
+from typing import Literal, get_args
 
-ENV = "STRUCTSERVE_QUANT"
-SCHEMES = ("w8a8_dynamic", "w8a16", "w4a16")
+Scheme = Literal["w8a8_dynamic", "w8a16", "w4a16"]
+SCHEMES: tuple[Scheme, ...] = get_args(Scheme)
 FUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
 LINEAR_SUFFIXES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 GROUP_SIZES = (32, 64, 128, 256)
@@ -26,7 +27,7 @@ class QuantPolicyError(ValueError):
 
 @dataclass(frozen=True)
 class QuantPolicy:
-    scheme: str
+    scheme: Scheme
     group_size: int = 128
     stage_aware: bool = False  # W8A8: decode reads a bf16 copy made at load, prefill the INT8 matmul
     keep: tuple[str, ...] = field(default_factory=tuple)  # layers kept in high precision

@@ -152,13 +152,14 @@ class Scripted:
 def scripted(assets, tmp_path_factory):
     from runtime_ext.formats.reasoning import select_reasoning_format
     from service.pipeline.think import ReasoningSetup
+    from service.startup import ModelInfo
     from service.tokenizer import HFChatTemplate
 
     path = tmp_path_factory.mktemp("script") / "reasoning.json"
     server = ServerProcess(assets.qwen3_tiny, "qwen-scripted", module="tests.scripted_serve",
                            env={"STRUCTSERVE_DTYPE": "float32", SCRIPT_ENV: str(path)})
     server.start()
-    template = HFChatTemplate(assets.qwen3_tiny)
+    template = HFChatTemplate(assets.qwen3_tiny, ModelInfo.read(assets.qwen3_tiny).model_type)
     setup = ReasoningSetup.build(select_reasoning_format("auto", template.model_type), template.encode)
     yield Scripted(server, path, setup.end_id, template.tokenizer.eos_token_id)
     assert server.stop() == 0

@@ -7,7 +7,7 @@ server fixtures are its children too).
     python tests/engine/sglang_greedy.py MODEL_DIR N_TOKENS '[[1, 2, 3], [4, 5]]' [KV_CACHE [QUANTIZATION [DTYPE]]]
 
 KV_CACHE: bf16 (default) or one of the C8 modes. QUANTIZATION: none (default) or a linear
-scheme (w8a8_dynamic, w8a16, w4a16; policy from STRUCTSERVE_QUANT). DTYPE: float32 (default). Also prints each output token's logprob and
+scheme (w8a8_dynamic, w8a16, w4a16; policy from RuntimeExtConfig.quant_policy). DTYPE: float32 (default). Also prints each output token's logprob and
 the plugin's report of the KV pool as allocated (tokens, bytes, side-buffer statistics). With
 ``INPUT_LOGPROBS=1`` in the environment, also the logprob of every prompt token after the first
 (teacher-forced: computed in the prefill, so attention read the cache for each of them).
@@ -28,11 +28,12 @@ def main() -> None:
     dtype = sys.argv[6] if len(sys.argv) > 6 else "float32"
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from service.engine import EngineOptions, prepare_process_env
+    from service.settings import EngineSettings
 
     prepare_process_env("cpu")
     import sglang
 
-    options = EngineOptions(model_path=model_dir, dtype=dtype, max_total_tokens=4096, page_size=1,
+    options = EngineOptions(model_path=model_dir, dtype=dtype, engine=EngineSettings(max_total_tokens=4096, page_size=1),
                             kv_cache=kv_cache, quantization=None if scheme == "none" else f"structserve_{scheme}")
     engine = sglang.Engine(**options.engine_kwargs())
     try:

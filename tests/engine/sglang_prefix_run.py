@@ -4,7 +4,7 @@ own process and print outputs, cached tokens per request and the prefix-cache re
     python tests/engine/sglang_prefix_run.py MODEL_DIR N_TOKENS PROMPTS_JSON PREFIX_CACHE COMBINE [DTYPE]
 
 PREFIX_CACHE: off | sglang | combined. Env POOL: KV pool tokens (default 8192),
-STRUCTSERVE_PREFIX_EVENTS: event-stream file. Used by test_prefix_cache.py.
+RuntimeExtConfig.prefix_events (in the environment): event-stream file. Used by test_prefix_cache.py.
 """
 
 from __future__ import annotations
@@ -19,16 +19,21 @@ def main() -> None:
     model_dir, n_tokens, prompts = Path(sys.argv[1]), int(sys.argv[2]), json.loads(Path(sys.argv[3]).read_text())
     mode, combine = sys.argv[4], sys.argv[5]
     dtype = sys.argv[6] if len(sys.argv) > 6 else "float32"
-    os.environ["STRUCTSERVE_COMBINE_BLOCKS"] = combine
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from dataclasses import replace
+
+    from runtime_ext.config import RuntimeExtConfig
     from runtime_ext.plugin import INTERNAL_STATE_KEY
     from service.engine import EngineOptions, prepare_process_env
+    from service.settings import EngineSettings
+
+    replace(RuntimeExtConfig.from_env(), combine_blocks=int(combine)).export()
 
     prepare_process_env("cpu")
     import sglang
 
     pool = int(os.environ.get("POOL", 8192))
-    options = EngineOptions(model_path=model_dir, dtype=dtype, max_total_tokens=pool, page_size=16,
+    options = EngineOptions(model_path=model_dir, dtype=dtype, engine=EngineSettings(max_total_tokens=pool, page_size=16),
                             prefix_cache=mode)
     engine = sglang.Engine(**options.engine_kwargs())
     try:

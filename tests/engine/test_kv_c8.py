@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from runtime_ext.config import RuntimeExtConfig
+
 N_TOKENS = 24
 POOLS: dict[str, dict] = {}  # the last run's pool report per mode
 PROMPTS = ["The history of the city begins", "def fibonacci(n):", "It is a truth universally acknowledged"]
@@ -97,7 +99,7 @@ def test_c8_serves_and_tracks_the_unquantized_cache(assets, model, tmp_path):
         prompt_ids.append(outlier_prompt(model_dir, calibration))
     ref = run(model_dir, prompt_ids, "bf16")
     compare(f"{model} c8_dynamic", ref, run(model_dir, prompt_ids, "c8_dynamic"))
-    runs = {mode: run(model_dir, prompt_ids, mode, env={"STRUCTSERVE_KV_CALIBRATION": str(calib)})
+    runs = {mode: run(model_dir, prompt_ids, mode, env=RuntimeExtConfig(kv_calibration=calib).to_env())
             for mode in ("c8_static", "c8_static_residual")}
     for mode, quant in runs.items():
         compare(f"{model} {mode}", ref, quant)

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from runtime_ext.config import RuntimeExtConfig
 from runtime_ext.prefix_cache.events import replay
 
 N_TOKENS, N_PROMPTS, UNIT, PAGE = 6, 200, 4 * 16, 16
@@ -34,7 +35,7 @@ def shared_prefix_prompts(vocab: int, n: int = N_PROMPTS, seed: int = 0) -> list
 
 def run(model_dir: Path, prompts_file: Path, mode: str, events: Path | None = None) -> dict:
     script = Path(__file__).with_name("sglang_prefix_run.py")
-    env = dict(os.environ, POOL="2048") | ({"STRUCTSERVE_PREFIX_EVENTS": str(events)} if events else {})
+    env = dict(os.environ, POOL="2048") | (RuntimeExtConfig(prefix_events=events).to_env() if events else {})
     proc = subprocess.run([sys.executable, str(script), str(model_dir), str(N_TOKENS), str(prompts_file), mode, "4"],
                           capture_output=True, text=True, timeout=900, env=env)
     found = {line.split(" ", 1)[0]: json.loads(line.split(" ", 1)[1]) for line in proc.stdout.splitlines()

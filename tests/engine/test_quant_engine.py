@@ -17,6 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from runtime_ext.config import RuntimeExtConfig
+from runtime_ext.quant.policy import QuantPolicy
+
 N_TOKENS = 12
 KEEP = "model.layers.5.mlp.down_proj"
 CASES = {  # name: (scheme, policy overrides)
@@ -35,7 +38,7 @@ def generate(model_dir: Path, ids: list[int], scheme: str, policy: dict) -> tupl
     script = Path(__file__).with_name("sglang_greedy.py")
     policy = {"scheme": scheme if scheme != "modelslim" else "w8a8_dynamic", "group_size": 128,
               "stage_aware": False, "keep": [], **policy}  # (a modelslim checkpoint describes itself)
-    env = {**os.environ, "STRUCTSERVE_QUANT": json.dumps(policy)}
+    env = {**os.environ, **RuntimeExtConfig(quant_policy=QuantPolicy.from_json(json.dumps(policy))).to_env()}
     proc = subprocess.run([sys.executable, str(script), str(model_dir), str(N_TOKENS), json.dumps([ids]), "bf16",
                            scheme, "bfloat16"], capture_output=True, text=True, timeout=600, env=env)
     found = {line.split(" ", 1)[0]: json.loads(line.split(" ", 1)[1])

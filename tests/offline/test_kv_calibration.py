@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 from typer.testing import CliRunner
@@ -49,16 +48,20 @@ def test_not_a_calibration_file(tmp_path):
 
 
 def test_the_service_refuses_to_start_c8_static_without_a_matching_file(calibration_file, assets, monkeypatch):
-    from runtime_ext.kv_cache.sglang_method import CALIBRATION_ENV
-    from service.kv import check_kv_cache as _check_kv_cache
+    from runtime_ext.config import ENV_NAMES, RuntimeExtConfig
     from service.settings import Settings
+    from service.startup import ModelInfo, prepare_engine
 
-    monkeypatch.setenv(CALIBRATION_ENV, "x")  # records the original value: restored after the test
-    monkeypatch.delenv(CALIBRATION_ENV)  # (it is also the settings variable for kv_calibration)
+    for name in ENV_NAMES:  # records the original values: restored after the test
+        monkeypatch.setenv(name, "1")  # (the calibration's is also the settings variable for kv_calibration)
+        monkeypatch.delenv(name)
+
+    def _check_kv_cache(settings, model_dir):
+        prepare_engine(settings, ModelInfo.read(model_dir))
 
     with pytest.raises(ValueError, match="needs kv_calibration"):
         _check_kv_cache(Settings(kv_cache="c8_static"), assets.qwen3_tiny)
     with pytest.raises(CalibrationMismatchError, match="layers=2"):  # made for the tiny Qwen3, not SmolLM2
         _check_kv_cache(Settings(kv_cache="c8_static", kv_calibration=calibration_file), assets.smollm2)
     _check_kv_cache(Settings(kv_cache="c8_static", kv_calibration=calibration_file), assets.qwen3_tiny)
-    assert os.environ[CALIBRATION_ENV] == str(calibration_file.resolve())  # what the scheduler reads
+    assert RuntimeExtConfig.from_env().kv_calibration == calibration_file.resolve()  # what the scheduler reads

@@ -4,24 +4,30 @@ policy handed to the scheduler, and clear errors naming what to change."""
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
-from runtime_ext.quant.policy import ENV, QuantPolicy, QuantPolicyError
+from runtime_ext.config import ENV_NAMES, RuntimeExtConfig
+from runtime_ext.quant.policy import QuantPolicy, QuantPolicyError
 from runtime_ext.quant.sensitivity import SensitiveLayersError, write
-from service.quant import quant_setup
 from service.settings import Settings
+from service.startup import ModelInfo, prepare_engine
 
 
 @pytest.fixture(autouse=True)
 def _restore_env(monkeypatch):
-    monkeypatch.setenv(ENV, "x")  # records the original value: restored after the test
-    monkeypatch.delenv(ENV)
+    for name in ENV_NAMES:
+        monkeypatch.setenv(name, "1")  # records the original value: restored after the test
+        monkeypatch.delenv(name)
+
+
+def quant_setup(settings, model_dir):
+    """The quantization method startup passes to the engine (the policy goes to the scheduler's env)."""
+    return prepare_engine(settings, ModelInfo.read(model_dir)).quantization
 
 
 def test_none_passes_nothing(assets):
-    assert quant_setup(Settings(), assets.smollm2) is None and ENV not in os.environ
+    assert quant_setup(Settings(), assets.smollm2) is None and RuntimeExtConfig.from_env().quant_policy is None
 
 
 def test_the_policy_reaches_the_scheduler_env(assets, tmp_path):
@@ -30,7 +36,7 @@ def test_the_policy_reaches_the_scheduler_env(assets, tmp_path):
     settings = Settings(quantization="w8a8_dynamic", quant={"stage_aware": True, "sensitive_layers": scan,
                                                             "ignore": ["model.layers.0.self_attn.q_proj"]})
     assert quant_setup(settings, assets.smollm2) == "structserve_w8a8_dynamic"
-    assert QuantPolicy.from_json(os.environ[ENV]) == QuantPolicy(
+    assert RuntimeExtConfig.from_env().quant_policy == QuantPolicy(
         "w8a8_dynamic", 128, True, ("model.layers.0.self_attn.q_proj", "model.layers.3.mlp.up_proj"))
 
 

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from runtime_ext.quant.offline import load_model, perplexity, quantize_model, token_ids
 from runtime_ext.quant.policy import QuantPolicy, linear_layer_names
 from service.cli import app
-from service.quant import checkpoint_tensor_names
+from service.startup import ModelInfo
 
 EVAL_TOKENS = 512
 
@@ -34,7 +34,7 @@ def test_scan_writes_a_fallback_list_that_lowers_perplexity(assets, held_out, tm
                                       "--out", str(out)])
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
-    linear = linear_layer_names(checkpoint_tensor_names(assets.smollm2))
+    linear = linear_layer_names(list(ModelInfo.read(assets.smollm2).tensors))
     assert set(data["scores"]) == linear and len(linear) == 210
     assert 0 < len(data["layers"]) < 60 and set(data["layers"]) <= linear
     assert out.with_suffix(".png").stat().st_size > 1000 and "| layer | KL |" in out.with_suffix(".md").read_text()

@@ -25,9 +25,10 @@ MESSAGES = [
 
 
 def _render(model_dir, fmt_name):
+    from service.startup import ModelInfo
     from service.tokenizer import HFChatTemplate
 
-    template = HFChatTemplate(model_dir)
+    template = HFChatTemplate(model_dir, ModelInfo.read(model_dir).model_type)
     req = validate_request(ChatCompletionRequest(model="m", messages=MESSAGES, tools=[TOOL]), LIMITS)
     ids = build_prompt(req, template, get_format(fmt_name)).token_ids
     return template, template.tokenizer.decode(list(ids))
@@ -53,9 +54,10 @@ def test_smollm2_gets_the_generic_section_and_text_calls(assets):
 def test_reasoning_markers_resolve_to_single_tokens_of_the_serving_tokenizer(assets):
     from runtime_ext.formats.reasoning import QWEN3, ReasoningFormat
     from service.pipeline.think import ReasoningMarkerError, ReasoningSetup
+    from service.startup import ModelInfo
     from service.tokenizer import HFChatTemplate
 
-    template = HFChatTemplate(assets.qwen3_tiny)
+    template = HFChatTemplate(assets.qwen3_tiny, ModelInfo.read(assets.qwen3_tiny).model_type)
     setup = ReasoningSetup.build(QWEN3, template.encode)
     assert template.tokenizer.convert_ids_to_tokens(setup.end_id) == "</think>"
     assert template.tokenizer.decode(list(setup.forced_ids)) == "\n</think>\n\n"

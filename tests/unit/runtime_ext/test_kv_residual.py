@@ -84,13 +84,14 @@ def residual_method(tmp_path, monkeypatch):
     """The real ``c8_static_residual`` method with one layer's pool of 16 tokens, calibrated to
     ``SCALE`` (range ±1) with τ = 0.05."""
     from runtime_ext.kv_cache.methods import C8StaticResidualKVCacheMethod
-    from runtime_ext.kv_cache.sglang_method import CALIBRATION_ENV
+    from runtime_ext.config import RuntimeExtConfig
 
     scale = SCALE.tolist()
     calib = Calibration(model="test", layers=1, kv_heads=H, head_dim=D, k_scale=[scale], v_scale=[scale], tau=0.05,
                         eps_mean=0.01, eps_p99=0.04, outlier_rate=0.1, tokens=64)
     calib.save(tmp_path / "kv.json")
-    monkeypatch.setenv(CALIBRATION_ENV, str(tmp_path / "kv.json"))
+    for name, value in RuntimeExtConfig(kv_calibration=tmp_path / "kv.json").to_env().items():
+        monkeypatch.setenv(name, value)
     method = C8StaticResidualKVCacheMethod(torch.float32)
     bufs = method.create_buffers(size=16, head_num=H, head_dim=D, layer_num=1, device="cpu")
     return method, {name: bufs[name][0] for name in ("k_buffer", "v_buffer", "k_scale_buffer", "v_scale_buffer")}

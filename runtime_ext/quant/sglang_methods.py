@@ -4,7 +4,8 @@
 to SGLang's ``QUANTIZATION_METHODS`` (and the CLI choices). Online quantization: the loader
 fills an ordinary high-precision weight, ``process_weights_after_loading`` quantizes it through
 the ops dispatch table and frees it. The policy (group size, stage-aware, layers kept in high
-precision) comes from ``STRUCTSERVE_QUANT`` (``policy.QuantPolicy`` JSON, set by the service).
+precision) is ``RuntimeExtConfig.quant_policy`` (set by the service). Counters go to the
+``QuantStats`` the plugin hands to ``register``.
 
 Only linear layers (q/k/v/o, gate/up/down) are quantized; embeddings and lm_head get no method
 (SGLang keeps them unquantized) and norms never ask. A fused module (qkv, gate_up) has one scheme.
@@ -17,7 +18,6 @@ dequantized copy made once at load. The phase comes from an AROUND hook on
 from __future__ import annotations
 
 import contextvars
-import os
 from typing import Any
 
 import torch
@@ -25,19 +25,14 @@ from sglang.srt.layers.linear import LinearBase
 from sglang.srt.layers.quantization.base_config import LinearMethodBase, QuantizationConfig
 from sglang.srt.layers.quantization.unquant import UnquantizedLinearMethod
 
+from runtime_ext.config import RuntimeExtConfig
 from runtime_ext.ops import get_op
-from runtime_ext.quant.policy import ENV, SCHEMES, QuantPolicy, keeps_high_precision
+from runtime_ext.quant.policy import SCHEMES, QuantPolicy, Scheme, keeps_high_precision
+from runtime_ext.state import QuantStats
 
 PREFIX = "structserve_"
 FORWARD_TARGET = "sglang.srt.model_executor.model_runner.ModelRunner._forward_raw"
 _MODE: contextvars.ContextVar[Any] = contextvars.ContextVar("structserve_forward_mode", default=None)
-# modules quantized / kept, matmuls by path, and linear-weight bytes as stored vs in the model dtype
-STATS = {"quantized": 0, "kept": 0, "int8_calls": 0, "copy_calls": 0, "weight_bytes": 0, "weight_bytes_unquantized": 0}
-
-
-def _count_bytes(stored: int, unquantized: int) -> None:
-    STATS["weight_bytes"] += stored
-    STATS["weight_bytes_unquantized"] += unquantized
 
 
 def is_decode() -> bool:
@@ -56,16 +51,20 @@ def _around_forward(original: Any, self: Any, forward_batch: Any, *args: Any, **
 class KeptLinearMethod(UnquantizedLinearMethod):
     """A linear layer the policy keeps in high precision (counted in the report)."""
 
+    def __init__(self, stats: QuantStats) -> None:
+        super().__init__()
+        self.stats = stats
+
     def process_weights_after_loading(self, layer) -> None:
         super().process_weights_after_loading(layer)
-        STATS["kept"] += 1
+        self.stats.kept += 1
         size = layer.weight.numel() * layer.weight.element_size()
-        _count_bytes(size, size)
+        self.stats.count_bytes(size, size)
 
 
 class StructserveLinearMethod(LinearMethodBase):
-    def __init__(self, policy: QuantPolicy, prefix: str = "?") -> None:
-        self.policy, self.prefix = policy, prefix
+    def __init__(self, policy: QuantPolicy, stats: QuantStats, prefix: str = "?") -> None:
+        self.policy, self.stats, self.prefix = policy, stats, prefix
 
     def create_weights(self, layer, input_size_per_partition, output_partition_sizes, input_size, output_size,
                        params_dtype, **extra_weight_attrs) -> None:
@@ -95,8 +94,8 @@ class StructserveLinearMethod(LinearMethodBase):
             q, scale = quant_ref.quantize_weight_groupwise(w, self.policy.bits, self.policy.group_size)
             layer.prepared = get_op("weight_only_prepare", device)(q, scale, self.policy.bits, self.policy.group_size)
         del layer.weight  # the high-precision weight is gone: only the quantized tensors stay
-        STATS["quantized"] += 1
-        _count_bytes(_stored_bytes(layer), before)
+        self.stats.quantized += 1
+        self.stats.count_bytes(_stored_bytes(layer), before)
 
     def apply(self, layer, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         shape = x.shape
@@ -105,10 +104,10 @@ class StructserveLinearMethod(LinearMethodBase):
         if self.policy.scheme != "w8a8_dynamic":
             y = get_op("weight_only_matmul", device)(x2, layer.prepared, bias)
         elif getattr(layer, "decode_weight", None) is not None and is_decode():
-            STATS["copy_calls"] += 1
+            self.stats.copy_calls += 1
             y = torch.nn.functional.linear(x2, layer.decode_weight, bias)
         else:
-            STATS["int8_calls"] += 1
+            self.stats.int8_calls += 1
             y = get_op("w8a8_matmul", device)(x2, layer.wq_t, layer.w_scale, bias)
         return y.reshape(*shape[:-1], y.shape[-1])
 
@@ -136,7 +135,10 @@ class ConfigBase(QuantizationConfig):
 def add_method(cls: type) -> None:
     """Register a config class under its name with SGLang (registry and CLI choices)."""
     import sglang.srt.layers.quantization as quantization
-    from sglang.srt.arg_groups.choices import QUANTIZATION_CHOICES, add_quantization_method_choices
+    from sglang.srt.arg_groups.choices import (
+        QUANTIZATION_CHOICES,
+        add_quantization_method_choices,
+    )
 
     quantization.QUANTIZATION_METHODS[cls.get_name()] = cls
     quantization.CPU_QUANTIZATION_METHODS[cls.get_name()] = cls
@@ -144,13 +146,13 @@ def add_method(cls: type) -> None:
         add_quantization_method_choices([cls.get_name()])
 
 
-def _config_class(scheme: str) -> type:
+def _config_class(scheme: Scheme, stats: QuantStats) -> type:
     class StructserveQuantConfig(ConfigBase):
         SCHEME = scheme
 
         def __init__(self) -> None:
             super().__init__()
-            policy = QuantPolicy.from_json(os.environ[ENV]) if ENV in os.environ else QuantPolicy(scheme)
+            policy = RuntimeExtConfig.from_env().quant_policy or QuantPolicy(scheme)
             if policy.scheme != scheme:
                 policy = QuantPolicy(scheme, policy.group_size, policy.stage_aware, policy.keep)
             self.policy = policy
@@ -171,18 +173,14 @@ def _config_class(scheme: str) -> type:
             if not isinstance(layer, LinearBase):
                 return None  # embeddings, lm_head: unquantized
             if keeps_high_precision(prefix, self.policy):
-                return KeptLinearMethod()
-            return StructserveLinearMethod(self.policy, prefix)
+                return KeptLinearMethod(stats)
+            return StructserveLinearMethod(self.policy, stats, prefix)
 
     StructserveQuantConfig.__name__ = f"Structserve_{scheme}_Config"
     return StructserveQuantConfig
 
 
-def register(hooks: Any, hook_type: Any) -> None:
+def register(hooks: Any, hook_type: Any, stats: QuantStats) -> None:
     for scheme in SCHEMES:
-        add_method(_config_class(scheme))
+        add_method(_config_class(scheme, stats))
     hooks.register(FORWARD_TARGET, _around_forward, hook_type.AROUND)
-
-
-def stats() -> dict:
-    return dict(STATS)

@@ -17,47 +17,47 @@ Bytes per token come from ``sizing.cell_bytes`` (what is stored; see there).
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from runtime_ext.kv_cache.sizing import KV_MODES
+from runtime_ext.state import KVCacheState
 
 KV_METHODS = KV_MODES[1:]  # ours; "bf16" is SGLang's unquantized cache
-CALIBRATION_ENV = "STRUCTSERVE_KV_CALIBRATION"  # the static scales file, set by the service
 CONFIGURE_TARGET = "sglang.srt.mem_cache.kv_cache_dtype.configure_kv_cache_dtype"
 BUILD_TARGET = "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator._build_mha_quant_method"
 _ALLOCATOR = "sglang.srt.mem_cache.allocator.paged.PagedTokenToKVPoolAllocator"
 _TOKEN_ALLOCATOR = "sglang.srt.mem_cache.allocator.token.TokenToKVPoolAllocator"  # page_size 1
 _ATTENTION_BACKENDS = frozenset({"torch_native", "ascend", "intel_amx", "triton"})
-_selected: dict[str, Any] = {}
 
 
-def _configure(original: Any, *args: Any, **kwargs: Any) -> Any:
+def _configure(state: KVCacheState, original: Any, *args: Any, **kwargs: Any) -> Any:
     """AROUND ``configure_kv_cache_dtype``: our names store int8."""
     import torch
 
     name = kwargs.get("server_args_kv_cache_dtype")
     if name not in KV_METHODS:
         return original(*args, **kwargs)
-    _selected["name"], _selected["model_dtype"] = name, kwargs.get("model_dtype")
+    state.name, state.model_dtype = name, kwargs.get("model_dtype")
     return name, torch.int8
 
 
-def _build(original: Any, self: Any, *args: Any, **kwargs: Any) -> Any:
+def _build(state: KVCacheState, original: Any, self: Any, *args: Any, **kwargs: Any) -> Any:
     """AROUND ``_build_mha_quant_method``: our method when one of our names was configured."""
     import torch
 
-    if _selected.get("name") in KV_METHODS and self.kv_cache_dtype == torch.int8:
+    if state.name in KV_METHODS and self.kv_cache_dtype == torch.int8:
         from sglang.srt.layers.quantization.fp4_kv_cache_quant_method import get_kv_cache_quant_method
 
-        method = get_kv_cache_quant_method(_selected["name"], dtype=_selected.get("model_dtype") or torch.bfloat16)
-        _selected["built"] = method
+        method = get_kv_cache_quant_method(state.name, dtype=state.model_dtype or torch.bfloat16)
+        state.built = method
         return method
     return original(self, *args, **kwargs)
 
 
-def _released(_result: Any, allocator: Any, *page_ids: Any) -> None:
+def _released(state: KVCacheState, _result: Any, allocator: Any, *page_ids: Any) -> None:
     """AFTER ``_release_page_ids``: free the side-buffer slots of those pages' tokens."""
-    method = _selected.get("built")
+    method = state.built
     if method is None or not page_ids:
         return
     import torch
@@ -67,32 +67,21 @@ def _released(_result: Any, allocator: Any, *page_ids: Any) -> None:
     method.release((pages.unsqueeze(1) * allocator.page_size + offsets).flatten())
 
 
-def _freed(_result: Any, _allocator: Any, free_index: Any) -> None:
+def _freed(state: KVCacheState, _result: Any, _allocator: Any, free_index: Any) -> None:
     """AFTER the page-size-1 allocator's ``free``: token ids are page ids."""
-    method = _selected.get("built")
+    method = state.built
     if method is not None:
         method.release(free_index.reshape(-1))
 
 
-def _cleared(_result: Any, _allocator: Any, *_args: Any) -> None:
-    method = _selected.get("built")
+def _cleared(state: KVCacheState, _result: Any, _allocator: Any, *_args: Any) -> None:
+    method = state.built
     for side in getattr(method, "sides", {}).values():
         side.clear()
 
 
-def built_method() -> str:
-    """The KV method this process's pool was built with ("unquantized" unless one of ours)."""
-    method = _selected.get("built")
-    return method.name if method is not None else "unquantized"
-
-
-def method_stats() -> dict:
-    """Side-buffer statistics of the built method (outlier rate etc.; empty if none)."""
-    method = _selected.get("built")
-    return method.stats() if method is not None else {}
-
-
-def register(hooks: Any, hook_type: Any) -> None:
+def register(hooks: Any, hook_type: Any, state: KVCacheState) -> None:
+    """Our methods in SGLang's registries, and the hooks (they record into ``state``)."""
     import torch
     from sglang.srt.layers.quantization import fp4_kv_cache_quant_method as fp4
 
@@ -106,9 +95,9 @@ def register(hooks: Any, hook_type: Any) -> None:
                                        storage_dtype=torch.int8, attention_kv_dtype=torch.bfloat16)
             for phase in (fp4.KVCacheAttentionPhase.PREFILL, fp4.KVCacheAttentionPhase.DECODE)
         )
-    hooks.register(CONFIGURE_TARGET, _configure, hook_type.AROUND)
-    hooks.register(BUILD_TARGET, _build, hook_type.AROUND)
-    hooks.register(f"{_ALLOCATOR}._release_page_ids", _released, hook_type.AFTER)
-    hooks.register(f"{_TOKEN_ALLOCATOR}.free", _freed, hook_type.AFTER)
+    hooks.register(CONFIGURE_TARGET, partial(_configure, state), hook_type.AROUND)
+    hooks.register(BUILD_TARGET, partial(_build, state), hook_type.AROUND)
+    hooks.register(f"{_ALLOCATOR}._release_page_ids", partial(_released, state), hook_type.AFTER)
+    hooks.register(f"{_TOKEN_ALLOCATOR}.free", partial(_freed, state), hook_type.AFTER)
     for allocator in (_ALLOCATOR, _TOKEN_ALLOCATOR):
-        hooks.register(f"{allocator}.clear", _cleared, hook_type.AFTER)
+        hooks.register(f"{allocator}.clear", partial(_cleared, state), hook_type.AFTER)

@@ -1,0 +1,85 @@
+"""``RuntimeExtConfig``: the one channel from the service to SGLang's scheduler processes
+(pure logic: no torch, no sglang).
+
+SGLang starts its scheduler in fresh processes; the only thing they inherit from the service
+is the environment. The service builds one ``RuntimeExtConfig`` at startup and writes it
+(``export``) before the engine starts; every reader inside the scheduler calls
+``RuntimeExtConfig.from_env()``. The environment variable names live here and nowhere else.
+
+Knobs:
+- ``kv_calibration``: the static C8 scales file (``kv_cache: c8_static*``).
+- ``quant_policy``: what the ``structserve_<scheme>`` linear methods quantize (None: the
+  scheme's defaults).
+- ``combine_blocks``: ``C`` of the ``structserve_combined`` prefix cache (match in units of C pages).
+- ``prefix_events``: the JSON-lines event stream of the combined prefix cache (None: off).
+- ``attention``: ``structserve`` (runtime_ext's ``torch_native`` backend) or ``sglang`` (the
+  upstream one, for A/B measurements).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import MutableMapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from runtime_ext.quant.policy import QuantPolicy
+
+AttentionImpl = Literal["structserve", "sglang"]
+
+_KV_CALIBRATION = "STRUCTSERVE_KV_CALIBRATION"  # also the settings variable for kv_calibration
+_QUANT = "STRUCTSERVE_QUANT"
+_COMBINE_BLOCKS = "STRUCTSERVE_COMBINE_BLOCKS"
+_PREFIX_EVENTS = "STRUCTSERVE_PREFIX_EVENTS"
+_ATTENTION = "STRUCTSERVE_ATTENTION"
+ENV_NAMES = (_KV_CALIBRATION, _QUANT, _COMBINE_BLOCKS, _PREFIX_EVENTS, _ATTENTION)
+
+
+class RuntimeConfigError(ValueError):
+    """The scheduler process lacks a setting it needs (names what is missing)."""
+
+
+@dataclass(frozen=True)
+class RuntimeExtConfig:
+    kv_calibration: Path | None = None
+    quant_policy: QuantPolicy | None = None
+    combine_blocks: int = 1
+    prefix_events: Path | None = None
+    attention: AttentionImpl = "structserve"
+
+    def require_kv_calibration(self) -> Path:
+        if self.kv_calibration is None:
+            raise RuntimeConfigError(f"a static C8 KV cache needs its calibration file ({_KV_CALIBRATION} unset)")
+        return self.kv_calibration
+
+    def to_env(self) -> dict[str, str]:
+        """The environment variables that carry this config (unset knobs are absent)."""
+        env = {_COMBINE_BLOCKS: str(self.combine_blocks), _ATTENTION: self.attention}
+        if self.kv_calibration is not None:
+            env[_KV_CALIBRATION] = str(self.kv_calibration)
+        if self.quant_policy is not None:
+            env[_QUANT] = self.quant_policy.to_json()
+        if self.prefix_events is not None:
+            env[_PREFIX_EVENTS] = str(self.prefix_events)
+        return env
+
+    def export(self, environ: MutableMapping[str, str] = os.environ) -> None:
+        """Write this config to ``environ`` (the scheduler processes inherit it); clears unset knobs."""
+        env = self.to_env()
+        for name in ENV_NAMES:
+            if name in env:
+                environ[name] = env[name]
+            else:
+                environ.pop(name, None)
+
+    @classmethod
+    def from_env(cls, environ: MutableMapping[str, str] = os.environ) -> RuntimeExtConfig:
+        calibration, quant, events = environ.get(_KV_CALIBRATION), environ.get(_QUANT), environ.get(_PREFIX_EVENTS)
+        return cls(
+            kv_calibration=Path(calibration) if calibration else None,
+            quant_policy=QuantPolicy.from_json(quant) if quant else None,
+            combine_blocks=int(environ.get(_COMBINE_BLOCKS, "1")),
+            prefix_events=Path(events) if events else None,
+            attention="sglang" if environ.get(_ATTENTION) == "sglang" else "structserve",
+        )

@@ -1,0 +1,36 @@
+"""``RuntimeExtConfig``, the one channel to the scheduler processes: every knob survives the
+trip through the environment, and writing it clears what an earlier config left behind."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from pathlib import Path
+
+from runtime_ext.config import ENV_NAMES, RuntimeExtConfig
+from runtime_ext.quant.policy import QuantPolicy
+
+EVERY_KNOB_SET = RuntimeExtConfig(
+    kv_calibration=Path("/models/kv.json"),
+    quant_policy=QuantPolicy("w4a16", 64, True, ("model.layers.0.mlp.up_proj",)),
+    combine_blocks=7,
+    prefix_events=Path("/tmp/prefix-events.jsonl"),
+    attention="sglang",
+)
+
+
+def test_every_field_round_trips_through_the_environment():
+    defaults = RuntimeExtConfig()
+    unset = [f.name for f in fields(RuntimeExtConfig) if getattr(EVERY_KNOB_SET, f.name) == getattr(defaults, f.name)]
+    assert not unset, f"give these fields a non-default value here: {unset}"
+    env = EVERY_KNOB_SET.to_env()
+    assert set(env) <= set(ENV_NAMES)
+    assert RuntimeExtConfig.from_env(env) == EVERY_KNOB_SET
+
+
+def test_export_writes_the_config_and_clears_unset_knobs():
+    environ = {"PATH": "/bin"}
+    EVERY_KNOB_SET.export(environ)
+    assert RuntimeExtConfig.from_env(environ) == EVERY_KNOB_SET
+    RuntimeExtConfig().export(environ)
+    assert RuntimeExtConfig.from_env(environ) == RuntimeExtConfig() and environ["PATH"] == "/bin"
+    assert RuntimeExtConfig.from_env({}) == RuntimeExtConfig()  # nothing set: the defaults
