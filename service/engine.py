@@ -18,7 +18,7 @@ from typing import Any, AsyncIterator
 from fastapi import HTTPException
 
 from service.errors import EngineError, InvalidRequestError, ServiceError
-from service.pipeline.types import EngineDelta, EngineOutput, GenerationPlan
+from service.types import EngineDelta, EngineOutput, GenerationPlan
 
 log = logging.getLogger(__name__)
 PLUGIN_STATE_KEY = "structserve_runtime_ext"  # runtime_ext.plugin.INTERNAL_STATE_KEY

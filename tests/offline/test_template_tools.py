@@ -9,7 +9,7 @@ import pytest
 
 from runtime_ext.formats import get_format, template_renders_tools
 from service.pipeline.prompt import build_prompt
-from service.pipeline.types import ServingLimits
+from service.types import ModelFormats, ServingLimits
 from service.pipeline.validate import validate_request
 from service.protocol.openai import ChatCompletionRequest
 
@@ -28,8 +28,9 @@ def _render(model_dir, fmt_name):
     from service.tokenizer import HFChatTemplate
 
     template = HFChatTemplate(model_dir)
-    req = validate_request(ChatCompletionRequest(model="m", messages=MESSAGES, tools=[TOOL]), LIMITS)
-    ids = build_prompt(req, template, get_format(fmt_name)).token_ids
+    req = validate_request(ChatCompletionRequest(model="m", messages=MESSAGES, tools=[TOOL]), LIMITS,
+                           ModelFormats(tools=get_format(fmt_name)))
+    ids = build_prompt(req, template).token_ids
     return template, template.tokenizer.decode(list(ids))
 
 
@@ -52,7 +53,7 @@ def test_smollm2_gets_the_generic_section_and_text_calls(assets):
 
 def test_reasoning_markers_resolve_to_single_tokens_of_the_serving_tokenizer(assets):
     from runtime_ext.formats.reasoning import QWEN3, ReasoningFormat
-    from service.pipeline.think import ReasoningMarkerError, ReasoningSetup
+    from service.types import ReasoningMarkerError, ReasoningSetup
     from service.tokenizer import HFChatTemplate
 
     template = HFChatTemplate(assets.qwen3_tiny)

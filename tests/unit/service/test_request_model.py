@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from service.api.errors import error_response, install_error_handlers
 from service.errors import InvalidRequestError, ModelNotFoundError
-from service.pipeline.types import ServingLimits
+from service.types import ServingLimits
 from service.pipeline.validate import validate_request
 from service.protocol.openai import ChatCompletionRequest
 

@@ -1,7 +1,7 @@
 import pytest
 
 from service.errors import InvalidRequestError, ModelNotFoundError, UnsupportedParameterError
-from service.pipeline.types import ServingLimits
+from service.types import ServingLimits
 from service.pipeline.validate import validate_request
 from service.protocol.openai import ChatCompletionRequest
 
