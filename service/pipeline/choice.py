@@ -30,6 +30,9 @@ class _Call:
 
 
 class ChoiceOutput:
+    """One choice's parsers and what it produced so far. ``take`` is the stage's entry;
+    ``feed`` (answer text) and ``finish`` are its steps, public for tests of the parsing."""
+
     def __init__(
         self, constraint: DecodeConstraint | None, tools: ToolRequest | None, reasoning: ReasoningFormat | None = None,
     ):
@@ -44,14 +47,14 @@ class ChoiceOutput:
         """Route a piece by its phase; the last piece (finish reason set) also finishes the
         choice: its events are the piece's, then what the parsers held back."""
         text, reason = piece.delta.text, piece.delta.finish_reason
-        feed = self.feed_reasoning if piece.phase == "reasoning" else self.feed
+        feed = self._feed_reasoning if piece.phase == "reasoning" else self.feed
         events = (feed(text),) if text else ()
         if reason is None:
             return ChoiceStep(events)
         event, result = self.finish(reason)
         return ChoiceStep(events + (event,), result)
 
-    def feed_reasoning(self, text: str) -> ChoiceEvent:
+    def _feed_reasoning(self, text: str) -> ChoiceEvent:
         """Text of the reasoning phase (the block the prompt opened); without a reasoning
         format there is no block, and the text is answer text."""
         if self.thinking is None:
