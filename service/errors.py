@@ -11,7 +11,7 @@ by the pure grammar layer, which knows no HTTP and may not import the service; a
 
 from __future__ import annotations
 
-from typing import TypeAlias, Union
+from typing import TypeAlias
 
 from grammars.errors import GrammarError
 
@@ -99,5 +99,5 @@ class OverloadedError(ServiceError):
         self.retry_after = max(1, int(retry_after))
 
 
-ClientError: TypeAlias = Union[ServiceError, GrammarError]
+ClientError: TypeAlias = ServiceError | GrammarError
 """Every error the client is told about in the OpenAI envelope (see the module docstring)."""

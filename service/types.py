@@ -8,8 +8,9 @@ it imports no stage.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable, Literal, Protocol, Sequence
+from typing import Any, Literal, Protocol
 
 from runtime_ext.formats import ToolFormat
 from runtime_ext.formats.reasoning import ReasoningFormat
@@ -118,7 +119,7 @@ class ReasoningSetup:
     separator_ids: tuple[int, ...]
 
     @classmethod
-    def build(cls, fmt: ReasoningFormat, encode: Callable[[str], list[int]]) -> "ReasoningSetup":
+    def build(cls, fmt: ReasoningFormat, encode: Callable[[str], list[int]]) -> ReasoningSetup:
         for marker in (fmt.start, fmt.end):
             ids = encode(marker)
             if len(ids) != 1:
@@ -127,7 +128,7 @@ class ReasoningSetup:
                     "tokenizer, not one; set reasoning.format to one whose markers are single tokens (or none)")
         return cls(fmt, encode(fmt.end)[0], tuple(encode(fmt.forced_end)), tuple(encode(fmt.separator)))
 
-    def plan(self, budget: int | None) -> "ReasoningPlan":
+    def plan(self, budget: int | None) -> ReasoningPlan:
         return ReasoningPlan(budget, self.end_id, self.fmt.end, self.forced_ids, self.separator_ids)
 
 
@@ -243,7 +244,7 @@ class ServingLimits:
     context_length: int
     max_n: int
     default_max_tokens: int | None
-    reasoning: "ReasoningPolicy | None" = None  # None: the model has no reasoning format
+    reasoning: ReasoningPolicy | None = None  # None: the model has no reasoning format
 
 
 @dataclass(frozen=True)

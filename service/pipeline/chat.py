@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
-from typing import AsyncIterator
 
 from service import metrics
 from service.errors import EngineError

@@ -14,8 +14,8 @@ and no SGLang internals are patched.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import replace
-from typing import AsyncIterator
 
 from service.types import EngineClient, EngineDelta, GenerationPlan, Piece, ReasoningPlan
 

@@ -7,7 +7,8 @@ anyway it is counted and shown on the choice (``schema_validation``), never hidd
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from jsonschema import Draft202012Validator
 

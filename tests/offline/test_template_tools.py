@@ -9,9 +9,9 @@ import pytest
 
 from runtime_ext.formats import get_format, template_renders_tools
 from service.pipeline.prompt import build_prompt
-from service.types import ModelFormats, ServingLimits
 from service.pipeline.validate import validate_request
 from service.protocol.openai import ChatCompletionRequest
+from service.types import ModelFormats, ServingLimits
 
 LIMITS = ServingLimits(served_model_name="m", context_length=4096, max_n=1, default_max_tokens=None)
 TOOL = {"type": "function", "function": {"name": "get_weather", "description": "Weather now",
@@ -53,8 +53,8 @@ def test_smollm2_gets_the_generic_section_and_text_calls(assets):
 
 def test_reasoning_markers_resolve_to_single_tokens_of_the_serving_tokenizer(assets):
     from runtime_ext.formats.reasoning import QWEN3, ReasoningFormat
-    from service.types import ReasoningMarkerError, ReasoningSetup
     from service.tokenizer import HFChatTemplate
+    from service.types import ReasoningMarkerError, ReasoningSetup
 
     template = HFChatTemplate(assets.qwen3_tiny)
     setup = ReasoningSetup.build(QWEN3, template.encode)

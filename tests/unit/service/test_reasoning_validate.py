@@ -6,9 +6,9 @@ import pytest
 from pydantic import ValidationError
 
 from service.errors import InvalidRequestError
-from service.types import ReasoningPolicy, ServingLimits
 from service.pipeline.validate import validate_request
 from service.protocol.openai import ChatCompletionRequest
+from service.types import ReasoningPolicy, ServingLimits
 
 POLICY = ReasoningPolicy(default_thinking=True, effort_budgets=(("low", 256), ("max", None)))
 

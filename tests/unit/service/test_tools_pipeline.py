@@ -12,12 +12,12 @@ from runtime_ext.formats import get_format, render_calls, select_format
 from runtime_ext.formats.select import ToolFormatSelectionError
 from runtime_ext.formats.spec import UnknownFormatError
 from service.errors import InvalidRequestError
+from service.pipeline.choice import ChoiceOutput
 from service.pipeline.constraints import build_constraint
 from service.pipeline.prompt import inline_tools
-from service.types import ModelFormats, ServingLimits
 from service.pipeline.validate import validate_request
-from service.pipeline.choice import ChoiceOutput
 from service.protocol.openai import ChatCompletionRequest
+from service.types import ModelFormats, ServingLimits
 
 LIMITS = ServingLimits(served_model_name="m", context_length=100, max_n=4, default_max_tokens=None)
 WEATHER_PARAMS = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
