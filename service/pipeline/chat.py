@@ -71,9 +71,9 @@ class ChatPipeline:
         return PreparedChat(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), request, plan)
 
     def _output(self, chat: PreparedChat) -> ChoiceOutput:
-        r = chat.request.reasoning
-        thinking = chat.plan.reasoning is not None and r is not None and r.setup is not None
-        return ChoiceOutput(chat.plan.constraint, chat.request.tools, r.setup.fmt if thinking else None)
+        r = chat.request.reasoning  # a thinking turn's output opens in the reasoning block
+        setup = r.setup if r is not None and chat.plan.reasoning is not None else None
+        return ChoiceOutput(chat.plan.constraint, chat.request.tools, setup.fmt if setup is not None else None)
 
     async def complete(self, chat: PreparedChat) -> ChatCompletion:
         finished = await asyncio.gather(*(self._collect(chat, plan, rid) for rid, plan in _choices(chat)))
