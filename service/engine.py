@@ -20,7 +20,7 @@ from fastapi import HTTPException
 from runtime_ext.kv_cache.sizing import KVMode
 from runtime_ext.plugin import INTERNAL_STATE_KEY
 from service.errors import EngineError, InvalidRequestError, ServiceError
-from service.pipeline.types import EngineDelta, EngineOutput, GenerationPlan
+from service.types import EngineDelta, EngineOutput, GenerationPlan
 from service.settings import EngineSettings, PrefixBackend
 
 log = logging.getLogger(__name__)

@@ -2,9 +2,18 @@
 
 Each error carries what the OpenAI envelope needs: a message that says what to
 change, the offending parameter (dotted path into the request) and a code.
+
+The errors a client is told about are one family of two roots: ``ServiceError`` (this
+module; each class carries its HTTP status) and ``grammars.errors.GrammarError`` (raised
+by the pure grammar layer, which knows no HTTP and may not import the service; always a
+400). ``ClientError`` names both; the HTTP map handles exactly these, in one function.
 """
 
 from __future__ import annotations
+
+from typing import TypeAlias
+
+from grammars.errors import GrammarError
 
 
 class ServiceError(Exception):
@@ -88,3 +97,7 @@ class OverloadedError(ServiceError):
     def __init__(self, message: str, *, retry_after: int, code: str | None = None):
         super().__init__(message, code=code)
         self.retry_after = max(1, int(retry_after))
+
+
+ClientError: TypeAlias = ServiceError | GrammarError
+"""Every error the client is told about in the OpenAI envelope (see the module docstring)."""

@@ -19,15 +19,14 @@ from service.api.errors import install_error_handlers
 from service.api.gate import Gate, RequestContext
 from service.api.routes import chat, health, metrics, models
 from service.engine import SGLangEngine
-from service.grammar import GrammarService
+from service.grammar_gate import GrammarService
 from service.limits import Admission, KeyRing, TokenBucket, load_keys
 from service.logs import restore_logging
-from service.pipeline.chat import ChatPipeline, ModelFormats
-from service.pipeline.think import ReasoningSetup
-from service.pipeline.types import ReasoningPolicy, ServingLimits
+from service.pipeline.chat import ChatPipeline
 from service.settings import Settings
 from service.startup import ModelInfo, prepare_engine
 from service.tokenizer import HFChatTemplate
+from service.types import ModelFormats, ReasoningPolicy, ReasoningSetup, ServingLimits
 
 log = logging.getLogger(__name__)
 

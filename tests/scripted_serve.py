@@ -2,7 +2,7 @@
 reasoning at a chosen step (the random tiny Qwen3 never does by itself).
 
 Run as ``python -m tests.scripted_serve serve ...`` (``ScriptedServer`` in tests/api). The
-engine requests of the reasoning phase (rid ``…-think``, service/pipeline/think.py) get extra
+engine requests of the reasoning phase (rid ``…-think``, service/pipeline/generate.py) get extra
 SGLang sampling params read from the JSON file named by ``$STRUCTSERVE_TEST_REASONING_SCRIPT``
 (re-read per request; absent or ``{}`` = none). Everything else is the real service and the
 real engine: the params only bias what the real sampler picks, e.g.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import Request
 
@@ -11,19 +11,24 @@ from service.errors import NotReadyError
 from service.pipeline.chat import ChatPipeline
 from service.settings import Settings
 
+if TYPE_CHECKING:  # typing only: main.py builds these once the engine is loaded
+    from service.engine import SGLangEngine
+    from service.grammar_gate import GrammarService
+    from service.limits import Admission
+
 
 @dataclass
 class ServiceState:
     settings: Settings
     served_model_name: str
-    engine: Any = None  # service.engine.SGLangEngine once loaded
-    grammar: Any = None  # service.grammar.GrammarService once loaded
+    engine: SGLangEngine | None = None  # once loaded
+    grammar: GrammarService | None = None  # once loaded
     pipeline: ChatPipeline | None = None
     context_length: int | None = None
     draining: bool = False
     failure: str | None = None
     created: int = 0
-    admission: Any = None  # service.limits.Admission (chat requests running / queued)
+    admission: Admission | None = None  # chat requests running / queued (set by the app factory)
     counters: dict[str, int] = field(default_factory=lambda: {"inflight": 0})  # /v1/ requests being served
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from grammars.errors import GrammarError
-from service.errors import ServiceError
+from service.errors import ClientError, ServiceError
 
 log = logging.getLogger(__name__)
 
@@ -22,23 +22,32 @@ def error_body(message: str, type_: str, param: str | None, code: str | None) ->
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
 
 
-def service_error_body(exc: ServiceError) -> dict[str, Any]:
-    return error_body(exc.message, exc.type, exc.param, exc.code)
+def _status_and_type(exc: ClientError) -> tuple[int, str]:
+    """The HTTP status and envelope ``type`` of a client error: a service error carries its
+    own; a grammar error (the pure grammar layer knows no HTTP) is a 400."""
+    if isinstance(exc, GrammarError):
+        return 400, "invalid_request_error"
+    return exc.status, exc.type
+
+
+def client_error_body(exc: ClientError) -> dict[str, Any]:
+    return error_body(exc.message, _status_and_type(exc)[1], exc.param, exc.code)
 
 
 def _response(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse(status_code=status, content=body, headers=headers)
 
 
-def error_response(exc: ServiceError) -> JSONResponse:
+def error_response(exc: ClientError) -> JSONResponse:
     """A typed error as its HTTP response (also used by the ASGI gate, outside FastAPI)."""
-    if exc.status >= 500 and exc.status != 503:
+    status = _status_and_type(exc)[0]
+    if status >= 500 and status != 503:
         log.error("server error: %s", exc.message)
     retry = getattr(exc, "retry_after", None)
     headers = {"Retry-After": str(retry)} if retry is not None else None
-    if exc.status == 401:
+    if status == 401:
         headers = {"WWW-Authenticate": "Bearer"}
-    return _response(exc.status, service_error_body(exc), headers)
+    return _response(status, client_error_body(exc), headers)
 
 
 # pydantic names the union member it tried in ``loc`` ("literal['a','b']", "NamedToolChoice",
@@ -91,12 +100,9 @@ def _validation_body(exc: RequestValidationError) -> dict[str, Any]:
 
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ServiceError)
-    async def _service(_: Request, exc: ServiceError) -> JSONResponse:
-        return error_response(exc)
-
     @app.exception_handler(GrammarError)
-    async def _grammar(_: Request, exc: GrammarError) -> JSONResponse:
-        return _response(400, error_body(exc.message, "invalid_request_error", exc.param, exc.code))
+    async def _client(_: Request, exc: ClientError) -> JSONResponse:
+        return error_response(exc)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:

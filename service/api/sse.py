@@ -8,7 +8,7 @@ from typing import AsyncIterator
 import orjson
 from pydantic import BaseModel
 
-from service.api.errors import service_error_body
+from service.api.errors import client_error_body
 from service.errors import ServiceError
 
 log = logging.getLogger(__name__)
@@ -28,7 +28,7 @@ async def sse(chunks: AsyncIterator[BaseModel]) -> AsyncIterator[bytes]:
             yield frame(chunk.model_dump(exclude_none=False))
     except ServiceError as exc:
         log.warning("stream failed: %s", exc.message)
-        yield frame(service_error_body(exc))
+        yield frame(client_error_body(exc))
     finally:
         await chunks.aclose()  # type: ignore[attr-defined]
     yield DONE

@@ -1,1 +1,2 @@
-"""The chat pipeline: typed stages sequenced by ``chat.py`` (see docs/architecture.md)."""
+"""The chat pipeline: stage modules sequenced by ``chat.py``; they share only ``service/types.py``
+(see docs/architecture.md)."""

@@ -1,8 +1,8 @@
-"""The orchestrator: the only place the stage order is written.
+"""The orchestrator: the only place the stage order is written; it only sequences.
 
-validate -> prompt -> plan -> engine -> response. ``prepare`` runs every check that
-can fail because of the request before any byte is sent, so a streamed request that
-is wrong still gets a plain 4xx, not a broken stream.
+validate -> constraints -> prompt -> plan -> grammar gate -> generate -> choice -> response.
+``prepare`` runs every check that can fail because of the request before any byte is
+sent, so a streamed request that is wrong still gets a plain 4xx, not a broken stream.
 """
 
 from __future__ import annotations
@@ -10,29 +10,30 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
-from typing import AsyncIterator
 
-from runtime_ext.formats import ToolFormat
 from service import metrics
 from service.errors import EngineError
+from service.pipeline.choice import ChoiceOutput
 from service.pipeline.constraints import build_constraint
+from service.pipeline.generate import collect_choice, stream_choice
 from service.pipeline.plan import make_plan
 from service.pipeline.prompt import build_prompt
-from service.pipeline.types import (
+from service.pipeline.response import ChunkFactory, completion, make_usage
+from service.pipeline.validate import validate_request
+from service.protocol.openai import ChatCompletion, ChatCompletionChunk, ChatCompletionRequest
+from service.types import (
     ChatTemplate,
     EngineClient,
-    EngineDelta,
+    FinishedChoice,
     GenerationPlan,
     GrammarChecker,
+    ModelFormats,
+    Piece,
     ServingLimits,
     ValidatedRequest,
 )
-from service.pipeline.validate import validate_request
-from service.pipeline.think import Piece, ReasoningSetup, run_choice
-from service.postprocess.choice import ChoiceOutput
-from service.postprocess.response import ChunkFactory, FinishedChoice, completion, make_usage
-from service.protocol.openai import ChatCompletion, ChatCompletionChunk, ChatCompletionRequest
 
 
 @dataclass(frozen=True)
@@ -41,14 +42,6 @@ class PreparedChat:
     created: int
     request: ValidatedRequest
     plan: GenerationPlan
-
-
-@dataclass(frozen=True)
-class ModelFormats:
-    """The served model's tool-call and reasoning formats (chosen at startup)."""
-
-    tools: ToolFormat | None = None
-    reasoning: ReasoningSetup | None = None
 
 
 class ChatPipeline:
@@ -69,19 +62,18 @@ class ChatPipeline:
         self.default_loosening = default_loosening
 
     async def prepare(self, raw: ChatCompletionRequest) -> PreparedChat:
-        request = validate_request(raw, self.limits)
-        constraint = build_constraint(request, self.default_loosening, self.formats.tools)
-        reasoning = self.formats.reasoning
-        prompt = build_prompt(request, self.template, self.formats.tools, reasoning.fmt if reasoning else None)
-        plan = make_plan(request, prompt, self.limits, constraint, reasoning)
+        request = validate_request(raw, self.limits, self.formats)
+        constraint = build_constraint(request, self.default_loosening)
+        prompt = build_prompt(request, self.template)
+        plan = make_plan(request, prompt, self.limits, constraint)
         if constraint is not None:  # last: the only stage that may take real time
             await self.grammar.ensure_compiles(constraint)
         return PreparedChat(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), request, plan)
 
     def _output(self, chat: PreparedChat) -> ChoiceOutput:
-        thinking = chat.plan.reasoning is not None and self.formats.reasoning is not None
-        fmt = self.formats.reasoning.fmt if thinking else None
-        return ChoiceOutput(chat.plan.constraint, chat.request.tools, self.formats.tools, fmt)
+        r = chat.request.reasoning  # a thinking turn's output opens in the reasoning block
+        setup = r.setup if r is not None and chat.plan.reasoning is not None else None
+        return ChoiceOutput(chat.plan.constraint, chat.request.tools, setup.fmt if setup is not None else None)
 
     async def complete(self, chat: PreparedChat) -> ChatCompletion:
         finished = await asyncio.gather(*(self._collect(chat, plan, rid) for rid, plan in _choices(chat)))
@@ -91,15 +83,9 @@ class ChatPipeline:
 
     async def _collect(self, chat: PreparedChat, plan: GenerationPlan, rid: str) -> FinishedChoice:
         out = self._output(chat)
-        if plan.reasoning is None:  # one engine request, no per-token messages
-            o = await self.engine.generate(plan, rid)
-            out.feed(o.text)
-            counts = EngineDelta("", o.completion_tokens, o.prompt_tokens, o.cached_tokens, o.finish_reason)
-            return FinishedChoice(out.finish(o.finish_reason)[1], counts, 0)
-        async for piece in run_choice(self.engine, plan, rid):
-            (out.feed_reasoning if piece.phase == "reasoning" else out.feed)(piece.delta.text)
-            if piece.delta.finish_reason is not None:
-                return FinishedChoice(out.finish(piece.delta.finish_reason)[1], piece.delta, piece.reasoning_tokens)
+        async for piece in collect_choice(self.engine, plan, rid):
+            if (result := out.take(piece).result) is not None:
+                return FinishedChoice(result, piece.delta, piece.reasoning_tokens)
         raise EngineError("the engine stream ended without a finish reason")
 
     async def stream(self, chat: PreparedChat) -> AsyncIterator[ChatCompletionChunk]:
@@ -113,16 +99,12 @@ class ChatPipeline:
             if not last:
                 metrics.TTFT.observe(time.perf_counter() - started)
             last[index] = piece
-            out, delta = outputs[index], piece.delta
-            feed = out.feed_reasoning if piece.phase == "reasoning" else out.feed
-            chunk = chunks.event(index, feed(delta.text)) if delta.text else None
-            if chunk is not None:
-                yield chunk
-            if delta.finish_reason is not None:
-                event, result = out.finish(delta.finish_reason)
+            step = outputs[index].take(piece)
+            for event in step.events:
                 if (chunk := chunks.event(index, event)) is not None:
                     yield chunk
-                yield chunks.finish(index, result.finish_reason, result.validation)
+            if step.result is not None:
+                yield chunks.finish(index, step.result.finish_reason, step.result.validation)
         if last:
             first = last[0].delta
             usage = make_usage(first.prompt_tokens, sum(p.delta.completion_tokens for p in last.values()),
@@ -149,7 +131,7 @@ async def _merge(engine: EngineClient, chat: PreparedChat) -> AsyncIterator[tupl
     """Interleave the n choice streams; closing this generator aborts every one of them."""
     choices = _choices(chat)
     if len(choices) == 1:
-        stream = run_choice(engine, choices[0][1], choices[0][0])
+        stream = stream_choice(engine, choices[0][1], choices[0][0])
         try:
             async for piece in stream:
                 yield 0, piece
@@ -159,7 +141,7 @@ async def _merge(engine: EngineClient, chat: PreparedChat) -> AsyncIterator[tupl
     queue: asyncio.Queue[tuple[int, Piece | BaseException | None]] = asyncio.Queue()
 
     async def pump(index: int, rid: str, plan: GenerationPlan) -> None:
-        stream = run_choice(engine, plan, rid)
+        stream = stream_choice(engine, plan, rid)
         try:
             async for piece in stream:
                 await queue.put((index, piece))

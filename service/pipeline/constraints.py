@@ -17,22 +17,18 @@ from grammars.errors import GrammarError
 from grammars.json_schema import JSON_OBJECT_SCHEMA, CheckedSchema, check_schema
 from grammars.pythonic import PythonicSchemaError
 from grammars.tool_calls import ToolSpec, tool_call_constraint
-from runtime_ext.formats import ToolFormat
-from service.pipeline.tools import require_tool_format
-from service.pipeline.types import DecodeConstraint, ToolRequest, ValidatedRequest
+from service.types import DecodeConstraint, ToolRequest, ValidatedRequest
 
 SCHEMA_PARAM = "response_format.json_schema.schema"
 
 
-def build_constraint(
-    req: ValidatedRequest, default_loosening: bool, fmt: ToolFormat | None = None
-) -> DecodeConstraint | None:
+def build_constraint(req: ValidatedRequest, default_loosening: bool) -> DecodeConstraint | None:
     """None when the output is free text; raises GrammarError (param set) otherwise."""
     loosen = default_loosening if req.allow_schema_loosening is None else req.allow_schema_loosening
     answer = _answer(req, loosen)
     if req.tools is None or req.tools.mode == "none":
         return None if answer is None else _json_constraint(*answer)
-    return _tool_constraint(req.tools, require_tool_format(fmt), loosen, answer)
+    return _tool_constraint(req.tools, loosen, answer)
 
 
 def _answer(req: ValidatedRequest, loosen: bool) -> tuple[CheckedSchema, Any, str] | None:
@@ -63,8 +59,8 @@ def _json_constraint(checked: CheckedSchema, schema: Any, param: str) -> DecodeC
 
 
 def _tool_constraint(
-    tools: ToolRequest, fmt: ToolFormat, loosen: bool, answer: tuple[CheckedSchema, Any, str] | None
-) -> DecodeConstraint | None:
+    tools: ToolRequest, loosen: bool, answer: tuple[CheckedSchema, Any, str] | None
+) -> DecodeConstraint:
     specs, loosened = [], list(_loosened(answer[0]) if answer else ())
     parts = [(answer[2], answer[0].canonical)] if answer else []
     for i, tool in enumerate(tools.tools):
@@ -77,10 +73,12 @@ def _tool_constraint(
             parts.append((param, checked.canonical))
         if tool.name in tools.allowed:
             specs.append(ToolSpec(tool.name, None if checked is None else checked.schema, tool.strict))
-    mode = "named" if tools.mode == "named" else tools.mode
+    mode = tools.mode
+    if mode == "none":  # build_constraint answers tool_choice none without a tool grammar
+        raise ValueError("tool_choice 'none' has no tool-call constraint")
     try:
         constraint = tool_call_constraint(
-            fmt, specs, mode, named=tools.allowed[0] if mode == "named" else None, parallel=tools.parallel,
+            tools.format, specs, mode, named=tools.allowed[0] if mode == "named" else None, parallel=tools.parallel,
             answer_schema=answer[0].schema if answer else None,
         )
     except PythonicSchemaError as exc:  # the field of the tool it names

@@ -3,23 +3,18 @@
 from __future__ import annotations
 
 from service.errors import ContextLengthError
-from service.pipeline.think import ReasoningSetup
-from service.pipeline.types import (
+from service.types import (
     DecodeConstraint,
     GenerationPlan,
-    ReasoningPlan,
     PromptIds,
+    ReasoningPlan,
     ServingLimits,
     ValidatedRequest,
 )
 
 
 def make_plan(
-    req: ValidatedRequest,
-    prompt: PromptIds,
-    limits: ServingLimits,
-    constraint: DecodeConstraint | None = None,
-    reasoning: ReasoningSetup | None = None,
+    req: ValidatedRequest, prompt: PromptIds, limits: ServingLimits, constraint: DecodeConstraint | None = None
 ) -> GenerationPlan:
     """One plan per choice; raises ContextLengthError naming the parameter to change.
 
@@ -48,13 +43,15 @@ def make_plan(
         max_new = req.max_tokens
     return GenerationPlan(
         input_ids=prompt.token_ids, max_new_tokens=max_new, sampling=req.sampling, constraint=constraint,
-        reasoning=_reasoning(req, reasoning, max_new),
+        reasoning=_reasoning(req, max_new),
     )
 
 
-def _reasoning(req: ValidatedRequest, setup: ReasoningSetup | None, max_new: int) -> ReasoningPlan | None:
-    if setup is None or req.reasoning is None or not req.reasoning.thinking:
+def _reasoning(req: ValidatedRequest, max_new: int) -> ReasoningPlan | None:
+    """The thinking turn's plan: the setup validation resolved, with the budget that fits."""
+    if req.reasoning is None or req.reasoning.setup is None or not req.reasoning.thinking:
         return None
+    setup = req.reasoning.setup
     budget = req.reasoning.budget
     if budget is not None and req.reasoning.from_effort:  # a hint: clamped, never an error
         return setup.plan(effort_budget(budget, max_new, len(setup.forced_ids)))

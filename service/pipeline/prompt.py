@@ -7,27 +7,23 @@ written into the conversation here, in the exact syntax the grammar forces.
 
 from __future__ import annotations
 
-from runtime_ext.formats.reasoning import ReasoningFormat
 from runtime_ext.formats import NamedChoice, ToolFormat, render_calls, render_tools_prompt
 from service.errors import InvalidRequestError
-from service.pipeline.tools import require_tool_format
-from service.pipeline.types import ChatTemplate, Message, PromptIds, ToolRequest, ValidatedRequest
+from service.types import ChatTemplate, Message, PromptIds, ToolRequest, ValidatedRequest
 
 
-def build_prompt(
-    req: ValidatedRequest, template: ChatTemplate, fmt: ToolFormat | None = None,
-    reasoning: ReasoningFormat | None = None,
-) -> PromptIds:
+def build_prompt(req: ValidatedRequest, template: ChatTemplate) -> PromptIds:
     """Render the conversation with a generation prompt appended, then the opened (thinking
     on) or empty (thinking off) reasoning block of the model's reasoning format."""
-    suffix = reasoning.prompt_suffix(req.reasoning.thinking) if reasoning and req.reasoning else ""
+    r = req.reasoning
+    suffix = r.setup.fmt.prompt_suffix(r.thinking) if r is not None and r.setup is not None else ""
     kw = {"suffix": suffix, "kwargs": req.template_kwargs}
     if req.tools is None:
         ids = template.render(req.messages, **kw)
     elif template.renders_tools:
         ids = template.render(req.messages, req.tools.tools, **kw)
     else:
-        ids = template.render(inline_tools(req.messages, req.tools, require_tool_format(fmt)), **kw)
+        ids = template.render(inline_tools(req.messages, req.tools, req.tools.format), **kw)
     if not ids:
         raise InvalidRequestError("the rendered prompt is empty", param="messages")
     return PromptIds(tuple(ids))

@@ -1,23 +1,30 @@
-"""Validate stage: protocol request -> ValidatedRequest, or a typed 400 naming the parameter."""
+"""Validate stage: protocol request -> ValidatedRequest, or a typed 400 naming the parameter.
+
+It also resolves what the later stages need from the served model: the tool-call format
+(on ``ToolRequest``; a server without one refuses tools) and the reasoning setup (on
+``ReasoningRequest``), so no later stage looks anything up again."""
 
 from __future__ import annotations
 
 from service.errors import InvalidRequestError, ModelNotFoundError, UnsupportedParameterError
-from service.pipeline.types import (
+from service.pipeline.validate_reasoning import template_kwargs, validate_reasoning
+from service.pipeline.validate_tools import check_tool_results, tool_calls_of, validate_tools
+from service.protocol.openai import ChatCompletionRequest, ChatMessage
+from service.types import (
     JsonOutputSpec,
     Message,
+    ModelFormats,
     SamplingOptions,
     ServingLimits,
     ValidatedRequest,
 )
-from service.pipeline.reasoning import template_kwargs, validate_reasoning
-from service.pipeline.tools import check_tool_results, tool_calls_of, validate_tools
-from service.protocol.openai import ChatCompletionRequest, ChatMessage
 
 MAX_STOP_SEQUENCES = 4
 
 
-def validate_request(req: ChatCompletionRequest, limits: ServingLimits) -> ValidatedRequest:
+def validate_request(
+    req: ChatCompletionRequest, limits: ServingLimits, formats: ModelFormats = ModelFormats()
+) -> ValidatedRequest:
     """Check everything that does not need the tokenizer; normalise the messages."""
     if req.model != limits.served_model_name:
         raise ModelNotFoundError(
@@ -36,9 +43,9 @@ def validate_request(req: ChatCompletionRequest, limits: ServingLimits) -> Valid
         stream=req.stream,
         include_usage=bool(req.stream_options and req.stream_options.include_usage),
         json_output=_json_output(req),
-        tools=validate_tools(req),
+        tools=validate_tools(req, formats.tools),
         allow_schema_loosening=req.allow_schema_loosening,
-        reasoning=validate_reasoning(req, limits.reasoning, max_tokens, param),
+        reasoning=validate_reasoning(req, limits.reasoning, formats.reasoning, max_tokens, param),
         template_kwargs=template_kwargs(req),
     )
 

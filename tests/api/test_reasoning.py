@@ -151,8 +151,8 @@ class Scripted:
 @pytest.fixture(scope="module")
 def scripted(assets, tmp_path_factory):
     from runtime_ext.formats.reasoning import select_reasoning_format
-    from service.pipeline.think import ReasoningSetup
     from service.startup import ModelInfo
+    from service.types import ReasoningSetup
     from service.tokenizer import HFChatTemplate
 
     path = tmp_path_factory.mktemp("script") / "reasoning.json"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from grammars.errors import UnsatisfiableSchemaError
-from service.pipeline.types import DecodeConstraint
+from service.types import DecodeConstraint
 
 LOOP = json.dumps({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}},
                    "$ref": "#/$defs/a"})  # raw text: the policy would stop it first
@@ -26,7 +26,7 @@ def qwen3_dir() -> Path:
 
 
 def test_no_first_token_is_a_400_naming_the_field(qwen3_dir: Path) -> None:
-    from service.grammar import GrammarService
+    from service.grammar_gate import GrammarService
 
     service = GrammarService(qwen3_dir, timeout_s=60.0, cache_size=8)
     try:

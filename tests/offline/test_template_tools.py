@@ -9,9 +9,9 @@ import pytest
 
 from runtime_ext.formats import get_format, template_renders_tools
 from service.pipeline.prompt import build_prompt
-from service.pipeline.types import ServingLimits
 from service.pipeline.validate import validate_request
 from service.protocol.openai import ChatCompletionRequest
+from service.types import ModelFormats, ServingLimits
 
 LIMITS = ServingLimits(served_model_name="m", context_length=4096, max_n=1, default_max_tokens=None)
 TOOL = {"type": "function", "function": {"name": "get_weather", "description": "Weather now",
@@ -29,8 +29,9 @@ def _render(model_dir, fmt_name):
     from service.tokenizer import HFChatTemplate
 
     template = HFChatTemplate(model_dir, ModelInfo.read(model_dir).model_type)
-    req = validate_request(ChatCompletionRequest(model="m", messages=MESSAGES, tools=[TOOL]), LIMITS)
-    ids = build_prompt(req, template, get_format(fmt_name)).token_ids
+    req = validate_request(ChatCompletionRequest(model="m", messages=MESSAGES, tools=[TOOL]), LIMITS,
+                           ModelFormats(tools=get_format(fmt_name)))
+    ids = build_prompt(req, template).token_ids
     return template, template.tokenizer.decode(list(ids))
 
 
@@ -53,9 +54,9 @@ def test_smollm2_gets_the_generic_section_and_text_calls(assets):
 
 def test_reasoning_markers_resolve_to_single_tokens_of_the_serving_tokenizer(assets):
     from runtime_ext.formats.reasoning import QWEN3, ReasoningFormat
-    from service.pipeline.think import ReasoningMarkerError, ReasoningSetup
     from service.startup import ModelInfo
     from service.tokenizer import HFChatTemplate
+    from service.types import ReasoningMarkerError, ReasoningSetup
 
     template = HFChatTemplate(assets.qwen3_tiny, ModelInfo.read(assets.qwen3_tiny).model_type)
     setup = ReasoningSetup.build(QWEN3, template.encode)

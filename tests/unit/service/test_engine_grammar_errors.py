@@ -14,7 +14,7 @@ import pytest
 
 from service.engine import _abort_error, _finish_reason
 from service.errors import EngineError, InvalidRequestError
-from service.pipeline.types import DecodeConstraint, GenerationPlan, SamplingOptions
+from service.types import DecodeConstraint, GenerationPlan, SamplingOptions
 
 SCHEMA = '{"$defs":{"a":{"$ref":"#/$defs/b"},"b":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"}'
 ACCEPT_FAILED = {"type": "abort", "status_code": 500, "err_type": "InternalServerError",

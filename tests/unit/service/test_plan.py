@@ -2,7 +2,7 @@ import pytest
 
 from service.errors import ContextLengthError
 from service.pipeline.plan import make_plan
-from service.pipeline.types import PromptIds, SamplingOptions, ServingLimits, ValidatedRequest, Message
+from service.types import Message, PromptIds, SamplingOptions, ServingLimits, ValidatedRequest
 
 
 def vreq(max_tokens=None, param="max_tokens"):

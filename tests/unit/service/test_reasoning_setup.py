@@ -9,7 +9,7 @@ import re
 import pytest
 
 from runtime_ext.formats.reasoning import FAMILY_REASONING, REASONING_FORMATS, select_reasoning_format
-from service.pipeline.think import ReasoningMarkerError, ReasoningSetup
+from service.types import ReasoningMarkerError, ReasoningSetup
 
 PIECES = re.compile(r"<[^>]*>|\n+| +|[^<\n ]+")
 

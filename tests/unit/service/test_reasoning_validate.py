@@ -6,9 +6,9 @@ import pytest
 from pydantic import ValidationError
 
 from service.errors import InvalidRequestError
-from service.pipeline.types import ReasoningPolicy, ServingLimits
 from service.pipeline.validate import validate_request
 from service.protocol.openai import ChatCompletionRequest
+from service.types import ReasoningPolicy, ServingLimits
 
 POLICY = ReasoningPolicy(default_thinking=True, effort_budgets=(("low", 256), ("max", None)))
 
@@ -68,14 +68,13 @@ POLICY_ALL = ReasoningPolicy(default_thinking=False,
 def planned(prompt_len=10, context=4096, **kw):
     from runtime_ext.formats.reasoning import QWEN3
     from service.pipeline.plan import make_plan
-    from service.pipeline.think import ReasoningSetup
-    from service.pipeline.types import PromptIds
+    from service.types import ModelFormats, PromptIds, ReasoningSetup
 
     limits = ServingLimits("m", context_length=context, max_n=1, default_max_tokens=None, reasoning=POLICY_ALL)
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], **kw}
-    request = validate_request(ChatCompletionRequest.model_validate(body), limits)
     setup = ReasoningSetup(QWEN3, end_id=1, forced_ids=(2, 3, 4), separator_ids=(5,))
-    return make_plan(request, PromptIds((7,) * prompt_len), limits, reasoning=setup)
+    request = validate_request(ChatCompletionRequest.model_validate(body), limits, ModelFormats(reasoning=setup))
+    return make_plan(request, PromptIds((7,) * prompt_len), limits)
 
 
 @pytest.mark.parametrize("effort, max_tokens, budget", [

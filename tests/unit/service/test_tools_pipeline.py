@@ -12,12 +12,12 @@ from runtime_ext.formats import get_format, render_calls, select_format
 from runtime_ext.formats.select import ToolFormatSelectionError
 from runtime_ext.formats.spec import UnknownFormatError
 from service.errors import InvalidRequestError
+from service.pipeline.choice import ChoiceOutput
 from service.pipeline.constraints import build_constraint
 from service.pipeline.prompt import inline_tools
-from service.pipeline.types import ServingLimits
 from service.pipeline.validate import validate_request
-from service.postprocess.choice import ChoiceOutput
 from service.protocol.openai import ChatCompletionRequest
+from service.types import ModelFormats, ServingLimits
 
 LIMITS = ServingLimits(served_model_name="m", context_length=100, max_n=4, default_max_tokens=None)
 WEATHER_PARAMS = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
@@ -31,9 +31,9 @@ def fn(name, parameters=None, **extra):
     return {"type": "function", "function": function}
 
 
-def validated(**kw):
+def validated(fmt=QWEN, **kw):
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], **kw}
-    return validate_request(ChatCompletionRequest.model_validate(body), LIMITS)
+    return validate_request(ChatCompletionRequest.model_validate(body), LIMITS, ModelFormats(tools=fmt))
 
 
 def structure(constraint):
@@ -99,23 +99,23 @@ def test_conversation_with_calls_and_results():
 
 def test_required_constraint_is_calls_only_for_the_allowed_tools():
     v = validated(tools=[fn("a"), fn("w", WEATHER_PARAMS)], tool_choice="required", parallel_tool_calls=False)
-    s = structure(build_constraint(v, False, QWEN))
+    s = structure(build_constraint(v, False))
     assert s["type"] == "or"  # one call of either tool, nothing repeated
     assert tag_begins(s) == ['<tool_call>\n{"name": "a", "arguments": ', '<tool_call>\n{"name": "w", "arguments": ']
     named = build_constraint(validated(tools=[fn("a"), fn("w")], tool_choice={
-        "type": "function", "function": {"name": "w"}}), False, QWEN)
+        "type": "function", "function": {"name": "w"}}), False)
     assert set(tag_begins(structure(named))) == {'<tool_call>\n{"name": "w", "arguments": '}
 
 
 def test_auto_is_triggered_and_none_is_free_text():
-    auto = structure(build_constraint(validated(tools=[fn("a")]), False, QWEN))
+    auto = structure(build_constraint(validated(tools=[fn("a")]), False))
     assert auto["type"] == "triggered_tags" and auto["triggers"] == ["<tool_call>"]
-    assert build_constraint(validated(tools=[fn("a")], tool_choice="none"), False, QWEN) is None
+    assert build_constraint(validated(tools=[fn("a")], tool_choice="none"), False) is None
 
 
 def test_auto_with_response_format_is_calls_or_the_json():
     fmt = {"type": "json_schema", "json_schema": {"name": "r", "schema": WEATHER_PARAMS}}
-    c = build_constraint(validated(tools=[fn("a")], response_format=fmt), False, QWEN)
+    c = build_constraint(validated(tools=[fn("a")], response_format=fmt), False)
     s = structure(c)
     assert s["type"] == "or" and s["elements"][1]["json_schema"] == WEATHER_PARAMS
     assert c.validate_schema == WEATHER_PARAMS and c.parts[0][0] == "response_format.json_schema.schema"
@@ -125,9 +125,9 @@ def test_tool_parameters_follow_the_keyword_policy():
     params = {"type": "object", "properties": {"t": {"type": "array", "uniqueItems": True}}}
     v = validated(tools=[fn("ok"), fn("f", params)], tool_choice="required")
     with pytest.raises(UnsupportedKeywordError) as err:
-        build_constraint(v, False, QWEN)
+        build_constraint(v, False)
     assert err.value.param == "tools.1.function.parameters"
-    loose = build_constraint(validated(tools=[fn("ok"), fn("f", params)], allow_schema_loosening=True), False, QWEN)
+    loose = build_constraint(validated(tools=[fn("ok"), fn("f", params)], allow_schema_loosening=True), False)
     assert loose.loosened == ("f: uniqueItems at /properties/t",)
     assert [p for p, _ in loose.parts] == ["tools.1.function.parameters"]
 
@@ -135,8 +135,8 @@ def test_tool_parameters_follow_the_keyword_policy():
 @pytest.mark.parametrize("choice", ["auto", "required", {"type": "function", "function": {"name": "a"}}])
 def test_pythonic_is_grammar_enforced_in_every_mode(choice):
     pythonic = get_format("pythonic")
-    constraint = build_constraint(validated(tools=[fn("a"), fn("b", WEATHER_PARAMS)], tool_choice=choice), False,
-                                  pythonic)
+    constraint = build_constraint(validated(pythonic, tools=[fn("a"), fn("b", WEATHER_PARAMS)], tool_choice=choice),
+                                  False)
     assert constraint.kind == "structural_tag" and '"begin":"a("' in constraint.value
 
 
@@ -144,11 +144,11 @@ def test_pythonic_schema_outside_the_subset_is_a_400_naming_the_tool_field():
     pythonic = get_format("pythonic")
     params = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}}
     with pytest.raises(PythonicSchemaError) as err:
-        build_constraint(validated(tools=[fn("a"), fn("b", params)]), False, pythonic)
+        build_constraint(validated(pythonic, tools=[fn("a"), fn("b", params)]), False)
     assert err.value.param == "tools.1.function.parameters" and err.value.pointer == "/properties/n"
     assert "`minimum`" in err.value.message
     with pytest.raises(PythonicSchemaError) as err:
-        build_constraint(validated(tools=[fn("get-weather")], tool_choice="required"), False, pythonic)
+        build_constraint(validated(pythonic, tools=[fn("get-weather")], tool_choice="required"), False)
     assert err.value.param == "tools.0.function.name"
 
 
@@ -183,7 +183,7 @@ def test_select_format():
 
 def _output(tool_choice="auto", **kw):
     v = validated(tools=[fn("w", WEATHER_PARAMS)], tool_choice=tool_choice, **kw)
-    return ChoiceOutput(build_constraint(v, False, QWEN), v.tools, QWEN)
+    return ChoiceOutput(build_constraint(v, False), v.tools)
 
 
 TEXT = 'Let me check.\n<tool_call>\n{"name": "w", "arguments": {"city": "Oslo"}}\n</tool_call>'
@@ -229,5 +229,5 @@ def test_a_server_without_a_tool_format_refuses_tools():
     from service.errors import UnsupportedParameterError
 
     with pytest.raises(UnsupportedParameterError) as err:
-        build_constraint(validated(tools=[fn("a")]), False, None)
+        validated(fmt=None, tools=[fn("a")])
     assert err.value.param == "tools" and err.value.status == 400

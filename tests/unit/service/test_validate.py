@@ -1,9 +1,9 @@
 import pytest
 
 from service.errors import InvalidRequestError, ModelNotFoundError, UnsupportedParameterError
-from service.pipeline.types import ServingLimits
 from service.pipeline.validate import validate_request
 from service.protocol.openai import ChatCompletionRequest
+from service.types import ServingLimits
 
 LIMITS = ServingLimits(served_model_name="m", context_length=100, max_n=4, default_max_tokens=None)
 

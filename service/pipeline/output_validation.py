@@ -1,4 +1,4 @@
-"""Post-validation of JSON output against the client's schema (Draft 2020-12).
+"""Choice stage helper: post-validation of JSON output against the client's schema (Draft 2020-12).
 
 With strict decoding a failure should only happen on truncation; when it happens
 anyway it is counted and shown on the choice (``schema_validation``), never hidden.
@@ -7,13 +7,14 @@ anyway it is counted and shown on the choice (``schema_validation``), never hidd
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from jsonschema import Draft202012Validator
 
 from service.metrics import SCHEMA_VALIDATION_FAILURES
-from service.pipeline.types import DecodeConstraint
 from service.protocol.openai import SchemaValidation, ToolCall
+from service.types import DecodeConstraint
 
 
 def validate_output(text: str, constraint: DecodeConstraint | None, finish_reason: str) -> SchemaValidation | None:

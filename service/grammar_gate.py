@@ -1,4 +1,5 @@
-"""Ahead-of-engine grammar compilation: bounded time, cached, off the event loop.
+"""The grammar gate (``GrammarChecker`` of ``service/types.py``, run by the pipeline after
+the plan stage): ahead-of-engine grammar compilation, bounded time, cached, off the event loop.
 
 SGLang compiles a request's grammar inside its scheduler with no time bound; an
 invalid or pathological schema there has crashed engines elsewhere. The service
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from grammars.errors import GrammarError
 from service.metrics import GRAMMAR_CACHE, GRAMMAR_COMPILE_SECONDS
-from service.pipeline.types import DecodeConstraint
+from service.types import DecodeConstraint
 
 
 class GrammarService:

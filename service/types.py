@@ -1,11 +1,25 @@
-"""Typed objects passed between pipeline stages. Frozen: a stage never mutates its input."""
+"""Typed objects passed between the pipeline's stages, and the ports the pipeline is given
+(engine, chat template, grammar gate). Frozen: a stage never mutates its input.
+
+The one module every stage (``service/pipeline/``) and every adapter behind a port
+(``service/engine.py``, ``service/tokenizer.py``, ``service/grammar_gate.py``) imports;
+it imports no stage.
+"""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Protocol, Sequence
+from typing import Any, Literal, Protocol
 
-Role = str  # "system" | "user" | "assistant" | "tool"
+from runtime_ext.formats import ToolFormat
+from runtime_ext.formats.reasoning import ReasoningFormat
+from service.protocol.openai import DeltaToolCall, SchemaValidation, ToolCall
+
+Role = Literal["system", "user", "assistant", "tool"]
+ToolMode = Literal["none", "auto", "required", "named"]
+ConstraintKind = Literal["json_schema", "structural_tag", "ebnf"]  # an SGLang sampling param
+Phase = Literal["reasoning", "answer"]
 
 
 @dataclass(frozen=True)
@@ -45,12 +59,14 @@ class ToolRequest:
     one call), "named" (exactly ``allowed[0]``). ``allowed``: the names callable
     this turn (all tools unless ``allowed_tools`` or a named choice narrowed them);
     every tool is still shown to the model. ``parallel`` False: at most one call.
+    ``format``: the served model's tool-call format (a server without one refuses tools).
     """
 
     tools: tuple[ToolDef, ...]
-    mode: str
+    mode: ToolMode
     allowed: tuple[str, ...]
     parallel: bool
+    format: ToolFormat
 
     def schema_of(self, name: str) -> dict[str, Any] | None:
         return next(t.parameters for t in self.tools if t.name == name)
@@ -79,7 +95,7 @@ class JsonOutputSpec:
 class DecodeConstraint:
     """What the grammar enforces (constraints stage) and what the output is checked against."""
 
-    kind: str  # "json_schema" | "structural_tag" | "ebnf" -- an SGLang sampling param
+    kind: ConstraintKind
     value: str
     validate_schema: dict[str, Any] | bool | None = None  # post-validation (the original schema)
     loosened: tuple[str, ...] = ()  # "keyword at /pointer" dropped from the grammar
@@ -89,15 +105,52 @@ class DecodeConstraint:
     parts: tuple[tuple[str, str], ...] = ()
 
 
+class ReasoningMarkerError(ValueError):
+    """A format's end marker is not one token of the serving tokenizer (startup error)."""
+
+
+@dataclass(frozen=True)
+class ReasoningSetup:
+    """A reasoning format resolved against the serving tokenizer (built at startup)."""
+
+    fmt: ReasoningFormat
+    end_id: int
+    forced_ids: tuple[int, ...]
+    separator_ids: tuple[int, ...]
+
+    @classmethod
+    def build(cls, fmt: ReasoningFormat, encode: Callable[[str], list[int]]) -> ReasoningSetup:
+        for marker in (fmt.start, fmt.end):
+            ids = encode(marker)
+            if len(ids) != 1:
+                raise ReasoningMarkerError(
+                    f"reasoning format {fmt.name!r}: marker {marker!r} is {len(ids)} tokens {ids} in this "
+                    "tokenizer, not one; set reasoning.format to one whose markers are single tokens (or none)")
+        return cls(fmt, encode(fmt.end)[0], tuple(encode(fmt.forced_end)), tuple(encode(fmt.separator)))
+
+    def plan(self, budget: int | None) -> ReasoningPlan:
+        return ReasoningPlan(budget, self.end_id, self.fmt.end, self.forced_ids, self.separator_ids)
+
+
+@dataclass(frozen=True)
+class ModelFormats:
+    """The served model's tool-call and reasoning formats (chosen at startup)."""
+
+    tools: ToolFormat | None = None
+    reasoning: ReasoningSetup | None = None
+
+
 @dataclass(frozen=True)
 class ReasoningRequest:
     """Thinking on/off and the exact budget (None = bounded by max_tokens only).
     ``from_effort``: the budget came from ``reasoning_effort`` (a hint: the plan stage clamps
-    it to what max_tokens leaves for an answer) rather than an explicit ``max_reasoning_tokens``."""
+    it to what max_tokens leaves for an answer) rather than an explicit ``max_reasoning_tokens``.
+    ``setup``: the model's reasoning format (None only when none was given to validation)."""
 
     thinking: bool
     budget: int | None = None
     from_effort: bool = False
+    setup: ReasoningSetup | None = None
 
 
 @dataclass(frozen=True)
@@ -165,6 +218,16 @@ class EngineDelta:
 
 
 @dataclass(frozen=True)
+class Piece:
+    """One increment of a choice (generate stage): ``delta.completion_tokens`` counts the
+    whole turn so far (reasoning + appended markers + answer)."""
+
+    phase: Phase
+    delta: EngineDelta
+    reasoning_tokens: int = 0
+
+
+@dataclass(frozen=True)
 class EngineOutput:
     text: str
     finish_reason: str
@@ -181,7 +244,7 @@ class ServingLimits:
     context_length: int
     max_n: int
     default_max_tokens: int | None
-    reasoning: "ReasoningPolicy | None" = None  # None: the model has no reasoning format
+    reasoning: ReasoningPolicy | None = None  # None: the model has no reasoning format
 
 
 @dataclass(frozen=True)
@@ -190,6 +253,44 @@ class ReasoningPolicy:
 
     default_thinking: bool
     effort_budgets: tuple[tuple[str, int | None], ...]
+
+
+@dataclass(frozen=True)
+class ChoiceEvent:
+    """What one choice produced from a piece (choice stage), to send as a chunk."""
+
+    content: str = ""
+    tool_calls: tuple[DeltaToolCall, ...] = ()
+    reasoning: str = ""
+
+
+@dataclass
+class ChoiceResult:
+    """The finished choice. ``content`` None when the model only called tools."""
+
+    content: str | None
+    tool_calls: list[ToolCall] | None
+    finish_reason: str
+    validation: SchemaValidation | None
+    reasoning: str | None = None
+
+
+@dataclass(frozen=True)
+class ChoiceStep:
+    """A piece routed through a choice: the events to send, in order, and the result
+    once the piece was the last one."""
+
+    events: tuple[ChoiceEvent, ...] = ()
+    result: ChoiceResult | None = None
+
+
+@dataclass(frozen=True)
+class FinishedChoice:
+    """One choice done: what the client sees, the engine's token counts, reasoning tokens."""
+
+    result: ChoiceResult
+    counts: EngineDelta
+    reasoning_tokens: int
 
 
 class ChatTemplate(Protocol):

@@ -1,12 +1,9 @@
-"""Response stage: engine outputs -> OpenAI ChatCompletion / chunk objects and usage."""
+"""Response stage: finished choices / choice events -> OpenAI ChatCompletion / chunk objects and usage."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Sequence
+from collections.abc import Sequence
 
-from service.pipeline.types import EngineDelta
-from service.postprocess.choice import ChoiceEvent, ChoiceResult
 from service.protocol.openai import (
     AssistantMessage,
     ChatCompletion,
@@ -17,6 +14,7 @@ from service.protocol.openai import (
     SchemaValidation,
     Usage,
 )
+from service.types import ChoiceEvent, FinishedChoice
 
 
 def make_usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int, reasoning_tokens: int = 0) -> Usage:
@@ -27,15 +25,6 @@ def make_usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int, r
         prompt_tokens_details={"cached_tokens": cached_tokens},
         completion_tokens_details={"reasoning_tokens": reasoning_tokens},
     )
-
-
-@dataclass(frozen=True)
-class FinishedChoice:
-    """One choice done: what the client sees, the engine's token counts, reasoning tokens."""
-
-    result: ChoiceResult
-    counts: EngineDelta
-    reasoning_tokens: int
 
 
 def completion(rid: str, created: int, model: str, finished: Sequence[FinishedChoice]) -> ChatCompletion:

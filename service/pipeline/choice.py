@@ -1,7 +1,8 @@
-"""One choice's output as the client sees it: content, tool calls, finish reason, checks.
+"""Choice stage: one choice's output as the client sees it: reasoning, content, tool calls,
+finish reason, checks.
 
-``ChoiceOutput`` is fed the engine's text (all at once, or chunk by chunk while
-streaming) and yields what to send; the non-streaming response is assembled from
+``ChoiceOutput.take`` is given the generate stage's pieces (one piece with all the text,
+or piece by piece while streaming), routes each by its phase and yields what to send; the non-streaming response is assembled from
 the very same events, so streaming and non-streaming agree by construction.
 With tools (``tool_choice`` other than ``none``) the text goes through the model
 format's streaming parser: calls become ``tool_calls`` (ids ``call_<hex>``), the
@@ -13,31 +14,12 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
-from runtime_ext.formats import ToolFormat
 from runtime_ext.formats.reasoning import ReasoningFormat
 from runtime_ext.parsers import ParseEvent, ToolCallParser
-from runtime_ext.parsers.reasoning import ReasoningParser
-from service.pipeline.types import DecodeConstraint, ToolRequest
-from service.postprocess.validation import validate_calls, validate_output
-from service.protocol.openai import DeltaFunction, DeltaToolCall, FunctionCall, SchemaValidation, ToolCall
-
-
-@dataclass(frozen=True)
-class ChoiceEvent:
-    content: str = ""
-    tool_calls: tuple[DeltaToolCall, ...] = ()
-    reasoning: str = ""
-
-
-@dataclass
-class ChoiceResult:
-    """The finished choice. ``content`` None when the model only called tools."""
-
-    content: str | None
-    tool_calls: list[ToolCall] | None
-    finish_reason: str
-    validation: SchemaValidation | None
-    reasoning: str | None = None
+from runtime_ext.parsers.reasoning import ReasoningEvent, ReasoningParser
+from service.pipeline.output_validation import validate_calls, validate_output
+from service.protocol.openai import DeltaFunction, DeltaToolCall, FunctionCall, ToolCall
+from service.types import ChoiceEvent, ChoiceResult, ChoiceStep, DecodeConstraint, Piece, ToolRequest
 
 
 @dataclass
@@ -48,18 +30,31 @@ class _Call:
 
 
 class ChoiceOutput:
+    """One choice's parsers and what it produced so far. ``take`` is the stage's entry;
+    ``feed`` (answer text) and ``finish`` are its steps, public for tests of the parsing."""
+
     def __init__(
-        self, constraint: DecodeConstraint | None, tools: ToolRequest | None, fmt: ToolFormat | None,
-        reasoning: ReasoningFormat | None = None,
+        self, constraint: DecodeConstraint | None, tools: ToolRequest | None, reasoning: ReasoningFormat | None = None,
     ):
         self.constraint = constraint
         self.thinking = ReasoningParser(reasoning, in_reasoning=True) if reasoning is not None else None
         self.tools = tools if tools is not None and tools.mode != "none" else None
-        self.parser = ToolCallParser(fmt, self.tools.allowed) if self.tools is not None else None
+        self.parser = ToolCallParser(self.tools.format, self.tools.allowed) if self.tools is not None else None
         self.content: list[str] = []
         self.calls: dict[int, _Call] = {}
 
-    def feed_reasoning(self, text: str) -> ChoiceEvent:
+    def take(self, piece: Piece) -> ChoiceStep:
+        """Route a piece by its phase; the last piece (finish reason set) also finishes the
+        choice: its events are the piece's, then what the parsers held back."""
+        text, reason = piece.delta.text, piece.delta.finish_reason
+        feed = self._feed_reasoning if piece.phase == "reasoning" else self.feed
+        events = (feed(text),) if text else ()
+        if reason is None:
+            return ChoiceStep(events)
+        event, result = self.finish(reason)
+        return ChoiceStep(events + (event,), result)
+
+    def _feed_reasoning(self, text: str) -> ChoiceEvent:
         """Text of the reasoning phase (the block the prompt opened); without a reasoning
         format there is no block, and the text is answer text."""
         if self.thinking is None:
@@ -67,7 +62,7 @@ class ChoiceOutput:
         event = self.thinking.feed(text)
         return ChoiceEvent(reasoning=event.reasoning) if not event.content else self._both(event)
 
-    def _both(self, event) -> ChoiceEvent:
+    def _both(self, event: ReasoningEvent) -> ChoiceEvent:
         answer = self.feed(event.content)
         return ChoiceEvent(answer.content, answer.tool_calls, event.reasoning)
 

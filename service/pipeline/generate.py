@@ -1,4 +1,6 @@
-"""Thinking turns: the reasoning phase, then the answer phase (engine stage).
+"""Generate stage: run one choice on the engine, as pieces tagged with their phase.
+
+Thinking turns are the reasoning phase, then the answer phase.
 
 Mechanism (chosen by measurement, docs/reasoning.md): two engine requests per choice.
 The reasoning phase generates at most ``budget`` tokens and stops at the end marker
@@ -12,51 +14,24 @@ and no SGLang internals are patched.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import AsyncIterator, Callable
+from collections.abc import AsyncIterator
+from dataclasses import replace
 
-from runtime_ext.formats.reasoning import ReasoningFormat
-from service.pipeline.types import EngineClient, EngineDelta, GenerationPlan, ReasoningPlan
-
-
-class ReasoningMarkerError(ValueError):
-    """A format's end marker is not one token of the serving tokenizer (startup error)."""
+from service.types import EngineClient, EngineDelta, GenerationPlan, Piece, ReasoningPlan
 
 
-@dataclass(frozen=True)
-class ReasoningSetup:
-    """A reasoning format resolved against the serving tokenizer (built at startup)."""
-
-    fmt: ReasoningFormat
-    end_id: int
-    forced_ids: tuple[int, ...]
-    separator_ids: tuple[int, ...]
-
-    @classmethod
-    def build(cls, fmt: ReasoningFormat, encode: Callable[[str], list[int]]) -> "ReasoningSetup":
-        for marker in (fmt.start, fmt.end):
-            ids = encode(marker)
-            if len(ids) != 1:
-                raise ReasoningMarkerError(
-                    f"reasoning format {fmt.name!r}: marker {marker!r} is {len(ids)} tokens {ids} in this "
-                    "tokenizer, not one; set reasoning.format to one whose markers are single tokens (or none)")
-        return cls(fmt, encode(fmt.end)[0], tuple(encode(fmt.forced_end)), tuple(encode(fmt.separator)))
-
-    def plan(self, budget: int | None) -> ReasoningPlan:
-        return ReasoningPlan(budget, self.end_id, self.fmt.end, self.forced_ids, self.separator_ids)
+async def collect_choice(engine: EngineClient, plan: GenerationPlan, rid: str) -> AsyncIterator[Piece]:
+    """The pieces of one choice for a non-streamed response: a plain plan is one engine
+    request with no per-token messages (one piece); a thinking turn runs as streamed."""
+    if plan.reasoning is not None:
+        async for piece in stream_choice(engine, plan, rid):
+            yield piece
+        return
+    o = await engine.generate(plan, rid)
+    yield Piece("answer", EngineDelta(o.text, o.completion_tokens, o.prompt_tokens, o.cached_tokens, o.finish_reason))
 
 
-@dataclass(frozen=True)
-class Piece:
-    """One increment of a choice: ``phase`` "reasoning" or "answer"; ``delta.completion_tokens``
-    counts the whole turn so far (reasoning + appended markers + answer)."""
-
-    phase: str
-    delta: EngineDelta
-    reasoning_tokens: int = 0
-
-
-async def run_choice(engine: EngineClient, plan: GenerationPlan, rid: str) -> AsyncIterator[Piece]:
+async def stream_choice(engine: EngineClient, plan: GenerationPlan, rid: str) -> AsyncIterator[Piece]:
     """The increments of one choice; plain plans are one answer phase."""
     if plan.reasoning is None:
         async for delta in _closing(engine.stream(plan, rid)):

@@ -1,4 +1,4 @@
-"""Validate stage, reasoning part: thinking on/off, ``reasoning_effort`` and the exact
+"""Validate stage, reasoning part (used by ``validate.py`` only): thinking on/off, ``reasoning_effort`` and the exact
 budget -> ``ReasoningRequest``, or a 400 naming the field.
 
 Fields: ``enable_thinking`` (top level) and ``chat_template_kwargs.enable_thinking``
@@ -15,16 +15,18 @@ from __future__ import annotations
 from typing import Any
 
 from service.errors import InvalidRequestError
-from service.pipeline.types import ReasoningPolicy, ReasoningRequest
 from service.protocol.openai import ChatCompletionRequest
+from service.types import ReasoningPolicy, ReasoningRequest, ReasoningSetup
 
 BUDGET = "max_reasoning_tokens"
 
 
 def validate_reasoning(
-    req: ChatCompletionRequest, policy: ReasoningPolicy | None, max_tokens: int | None, max_tokens_param: str
+    req: ChatCompletionRequest, policy: ReasoningPolicy | None, setup: ReasoningSetup | None,
+    max_tokens: int | None, max_tokens_param: str,
 ) -> ReasoningRequest | None:
-    """None when the model has no reasoning format (asking for thinking is then a 400)."""
+    """None when the model has no reasoning format (asking for thinking is then a 400);
+    otherwise the request carries the model's reasoning ``setup`` to the later stages."""
     explicit = _enable_thinking(req)
     effort = req.reasoning_effort
     if effort == "none":
@@ -45,9 +47,9 @@ def validate_reasoning(
         raise InvalidRequestError(f"'{_asked_param(req)}' needs thinking, but thinking is off for this request; "
                                   "remove it or set enable_thinking to true", param=_asked_param(req))
     if not thinking:
-        return ReasoningRequest(thinking=False)
+        return ReasoningRequest(thinking=False, setup=setup)
     from_effort = req.max_reasoning_tokens is None and req.reasoning_effort is not None
-    return ReasoningRequest(True, _budget(req, policy, max_tokens, max_tokens_param), from_effort)
+    return ReasoningRequest(True, _budget(req, policy, max_tokens, max_tokens_param), from_effort, setup)
 
 
 def _enable_thinking(req: ChatCompletionRequest) -> bool | None:

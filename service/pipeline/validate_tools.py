@@ -1,5 +1,6 @@
-"""Validate stage, tools part: ``tools`` / ``tool_choice`` / ``parallel_tool_calls`` and
-the tool turns of the conversation -> typed objects, or a 400 naming the field.
+"""Validate stage, tools part (used by ``validate.py`` only): ``tools`` / ``tool_choice`` /
+``parallel_tool_calls`` and the tool turns of the conversation -> typed objects, or a 400
+naming the field. A server without a tool-call format refuses ``tools`` here.
 
 The ``parameters`` schemas are checked by the grammar policy in the constraints stage.
 """
@@ -10,11 +11,11 @@ import json
 
 from runtime_ext.formats import ToolFormat
 from service.errors import InvalidRequestError, UnsupportedParameterError
-from service.pipeline.types import ToolCallRecord, ToolDef, ToolRequest
 from service.protocol.openai import ChatCompletionRequest, ChatMessage, NamedToolChoice
+from service.types import ToolCallRecord, ToolDef, ToolMode, ToolRequest
 
 
-def validate_tools(req: ChatCompletionRequest) -> ToolRequest | None:
+def validate_tools(req: ChatCompletionRequest, fmt: ToolFormat | None) -> ToolRequest | None:
     """None when the request has no tools (then tool_choice/parallel_tool_calls are errors)."""
     if req.tools is None:
         for field in ("tool_choice", "parallel_tool_calls"):
@@ -33,7 +34,7 @@ def validate_tools(req: ChatCompletionRequest) -> ToolRequest | None:
             )
     mode, allowed = _choice(req.tool_choice, names)
     parallel = True if req.parallel_tool_calls is None else req.parallel_tool_calls
-    return ToolRequest(tools=tools, mode=mode, allowed=allowed, parallel=parallel)
+    return ToolRequest(tools=tools, mode=mode, allowed=allowed, parallel=parallel, format=_require_format(fmt))
 
 
 def _tool(index: int, function) -> ToolDef:
@@ -47,7 +48,7 @@ def _tool(index: int, function) -> ToolDef:
     return ToolDef(function.name, function.description, params, bool(function.strict))
 
 
-def _choice(choice, names: list[str]) -> tuple[str, tuple[str, ...]]:
+def _choice(choice, names: list[str]) -> tuple[ToolMode, tuple[str, ...]]:
     if choice is None or isinstance(choice, str):
         return choice or "auto", tuple(names)
     if isinstance(choice, NamedToolChoice):
@@ -67,7 +68,7 @@ def _choice(choice, names: list[str]) -> tuple[str, tuple[str, ...]]:
     return choice.allowed_tools.mode, tuple(allowed)
 
 
-def require_tool_format(fmt: ToolFormat | None) -> ToolFormat:
+def _require_format(fmt: ToolFormat | None) -> ToolFormat:
     """The served model's tool-call format; a server started without one refuses tools."""
     if fmt is None:
         raise UnsupportedParameterError("this server has no tool-call format configured; send no 'tools'",
