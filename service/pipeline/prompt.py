@@ -7,8 +7,7 @@ written into the conversation here, in the exact syntax the grammar forces.
 
 from __future__ import annotations
 
-from runtime_ext.formats.reasoning import ReasoningFormat
-from runtime_ext.formats import NamedChoice, ToolFormat, render_calls, render_tools_prompt
+from runtime_ext.formats import NamedChoice, ReasoningFormat, ToolFormat, render_calls, render_tools_prompt
 from service.errors import InvalidRequestError
 from service.pipeline.tools import require_tool_format
 from service.pipeline.types import ChatTemplate, Message, PromptIds, ToolRequest, ValidatedRequest

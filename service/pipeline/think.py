@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import AsyncIterator, Callable
 
-from runtime_ext.formats.reasoning import ReasoningFormat
+from runtime_ext.formats import ReasoningFormat
 from service.pipeline.types import EngineClient, EngineDelta, GenerationPlan, ReasoningPlan
 
 

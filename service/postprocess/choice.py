@@ -13,10 +13,8 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
-from runtime_ext.formats import ToolFormat
-from runtime_ext.formats.reasoning import ReasoningFormat
-from runtime_ext.parsers import ParseEvent, ToolCallParser
-from runtime_ext.parsers.reasoning import ReasoningParser
+from runtime_ext.formats import ReasoningFormat, ToolFormat
+from runtime_ext.parsers import ParseEvent, ReasoningParser, ToolCallParser
 from service.pipeline.types import DecodeConstraint, ToolRequest
 from service.postprocess.validation import validate_calls, validate_output
 from service.protocol.openai import DeltaFunction, DeltaToolCall, FunctionCall, SchemaValidation, ToolCall

@@ -51,7 +51,7 @@ def test_smollm2_gets_the_generic_section_and_text_calls(assets):
 
 
 def test_reasoning_markers_resolve_to_single_tokens_of_the_serving_tokenizer(assets):
-    from runtime_ext.formats.reasoning import QWEN3, ReasoningFormat
+    from runtime_ext.formats.reasoning_formats import QWEN3, ReasoningFormat
     from service.pipeline.think import ReasoningMarkerError, ReasoningSetup
     from service.tokenizer import HFChatTemplate
 

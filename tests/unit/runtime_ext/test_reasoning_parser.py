@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime_ext.formats.reasoning import DEEPSEEK_R1, QWEN3, ReasoningFormat, select_reasoning_format
-from runtime_ext.parsers.reasoning import ReasoningParser, parse_reasoning
+from runtime_ext.formats import ReasoningFormat, select_reasoning_format
+from runtime_ext.formats.reasoning_formats import DEEPSEEK_R1, QWEN3
+from runtime_ext.parsers import ReasoningParser, parse_reasoning
 
 GENERIC = ReasoningFormat("generic", "[[plan]]", "[[/plan]]")
 FORMATS = [QWEN3, DEEPSEEK_R1, GENERIC]
