@@ -12,9 +12,10 @@ of the family's reasoning format (``ReasoningFormat.start_in_template``).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Final, Iterable, Mapping
+from typing import Final
 
 from runtime_ext.formats.reasoning_formats import (
     DEEPSEEK_R1,
@@ -24,7 +25,15 @@ from runtime_ext.formats.reasoning_formats import (
     get_reasoning_format,
 )
 from runtime_ext.formats.spec import ToolFormat
-from runtime_ext.formats.tool_formats import DEEPSEEK_V3, FORMAT_NAMES, GENERIC, LLAMA3, MISTRAL, QWEN, get_format
+from runtime_ext.formats.tool_formats import (
+    DEEPSEEK_V3,
+    FORMAT_NAMES,
+    GENERIC,
+    LLAMA3,
+    MISTRAL,
+    QWEN,
+    get_format,
+)
 
 AUTO: Final = "auto"
 """Config value: choose the format from the model family."""
@@ -61,7 +70,8 @@ MODEL_FAMILIES: tuple[ModelFamily, ...] = (
 )
 
 
-def _by_model_type(families: Iterable[ModelFamily]) -> Mapping[str, ModelFamily]:
+def by_model_type(families: Iterable[ModelFamily]) -> Mapping[str, ModelFamily]:
+    """Each family under each of its model types; ValueError when a type is in two."""
     index: dict[str, ModelFamily] = {}
     for family in families:
         for model_type in family.model_types:
@@ -71,7 +81,7 @@ def _by_model_type(families: Iterable[ModelFamily]) -> Mapping[str, ModelFamily]
     return MappingProxyType(index)
 
 
-_FAMILY_BY_MODEL_TYPE: Mapping[str, ModelFamily] = _by_model_type(MODEL_FAMILIES)
+_FAMILY_BY_MODEL_TYPE: Mapping[str, ModelFamily] = by_model_type(MODEL_FAMILIES)
 TOOL_FORMAT_BY_MODEL_TYPE: Mapping[str, str] = MappingProxyType(
     {t: f.tool_format.name for t, f in _FAMILY_BY_MODEL_TYPE.items()}
 )

@@ -7,12 +7,17 @@ touches SGLang, and only inside ``register_tool_parsers()``.
 """
 
 from runtime_ext.parsers.catalog import ParserEntry, ParserKind, streaming_parsers
-from runtime_ext.parsers.reasoning_parser import ReasoningEvent, ReasoningParser, ReasoningResult, parse_reasoning
+from runtime_ext.parsers.reasoning_parser import (
+    ReasoningEvent,
+    ReasoningParser,
+    ReasoningResult,
+    parse_reasoning,
+)
 from runtime_ext.parsers.streaming import StreamingParser, parse_whole
 from runtime_ext.parsers.tool_calls import (
+    ParsedToolCall,
     ParseEvent,
     ParseResult,
-    ParsedToolCall,
     ParserFinishedError,
     ToolCallDelta,
     ToolCallParser,

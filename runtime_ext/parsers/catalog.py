@@ -7,11 +7,18 @@ parser kind added here is covered without touching the tests. Pure.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable, Collection, Iterable, Literal, Union
+from typing import Any, Literal
 
-from runtime_ext.formats import FORMAT_NAMES, REASONING_FORMATS, ReasoningFormat, ToolFormat, get_format
+from runtime_ext.formats import (
+    FORMAT_NAMES,
+    REASONING_FORMATS,
+    ReasoningFormat,
+    ToolFormat,
+    get_format,
+)
 from runtime_ext.parsers.reasoning_parser import ReasoningParser
 from runtime_ext.parsers.streaming import StreamingParser
 from runtime_ext.parsers.tool_calls import ToolCallParser
@@ -24,7 +31,7 @@ class ParserEntry:
     """One parser: its kind, its format, and ``new()`` building a fresh one."""
 
     kind: ParserKind
-    fmt: Union[ToolFormat, ReasoningFormat]
+    fmt: ToolFormat | ReasoningFormat
     new: Callable[[], StreamingParser[Any, Any]]
 
     @property
