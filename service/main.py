@@ -12,8 +12,7 @@ from typing import Any, AsyncIterator
 
 from fastapi import FastAPI
 
-from runtime_ext.formats import select_format
-from runtime_ext.formats.reasoning import select_reasoning_format
+from runtime_ext.formats import select_format, select_reasoning_format
 from service.api.deps import ServiceState
 from service.api.errors import install_error_handlers
 from service.api.gate import Gate, RequestContext

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from runtime_ext.formats import ToolFormat
-from runtime_ext.formats.reasoning import ReasoningFormat
+from runtime_ext.formats import ReasoningFormat
 from service.protocol.openai import DeltaToolCall, SchemaValidation, ToolCall
 
 Role = Literal["system", "user", "assistant", "tool"]

@@ -1,13 +1,23 @@
-"""Tool-call parsers (pure: no torch, sglang, fastapi or xgrammar) and the SGLang adapter.
+"""Streaming parsers (pure: no torch, sglang, fastapi or xgrammar) and the SGLang adapter.
 
-``runtime_ext.parsers.sglang_adapter`` is the only module here that touches SGLang,
-and only inside ``register_tool_parsers()``.
+Tool calls (``tool_calls``) and reasoning blocks (``reasoning_parser``) follow one
+contract, :class:`StreamingParser`; ``catalog`` lists every parser built from the
+registered formats. ``runtime_ext.parsers.sglang_adapter`` is the only module here that
+touches SGLang, and only inside ``register_tool_parsers()``.
 """
 
+from runtime_ext.parsers.catalog import ParserEntry, ParserKind, streaming_parsers
+from runtime_ext.parsers.reasoning_parser import (
+    ReasoningEvent,
+    ReasoningParser,
+    ReasoningResult,
+    parse_reasoning,
+)
+from runtime_ext.parsers.streaming import StreamingParser, parse_whole
 from runtime_ext.parsers.tool_calls import (
+    ParsedToolCall,
     ParseEvent,
     ParseResult,
-    ParsedToolCall,
     ParserFinishedError,
     ToolCallDelta,
     ToolCallParser,
@@ -18,8 +28,17 @@ __all__ = [
     "ParseEvent",
     "ParseResult",
     "ParsedToolCall",
+    "ParserEntry",
     "ParserFinishedError",
+    "ParserKind",
+    "ReasoningEvent",
+    "ReasoningParser",
+    "ReasoningResult",
+    "StreamingParser",
     "ToolCallDelta",
     "ToolCallParser",
     "parse",
+    "parse_reasoning",
+    "parse_whole",
+    "streaming_parsers",
 ]

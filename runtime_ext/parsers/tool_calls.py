@@ -36,6 +36,7 @@ from runtime_ext.parsers.deepseek import run_named_blocks
 from runtime_ext.parsers.json_styles import run_sequence, run_tagged
 from runtime_ext.parsers.mistral import run_array
 from runtime_ext.parsers.pythonic import run_pythonic
+from runtime_ext.parsers.streaming import parse_whole
 from runtime_ext.parsers.types import ParsedToolCall, ParseEvent, ParseResult, ToolCallDelta
 
 _RUNNERS: dict[CallStyle, Callable[[Core], Step[None]]] = {
@@ -112,10 +113,7 @@ class ToolCallParser:
 
 def parse(fmt: ToolFormat | str, text: str, tool_names: Collection[str] | None = None) -> ParseResult:
     """Parse a whole output at once (same result as any streaming of ``text``)."""
-    parser = ToolCallParser(fmt, tool_names)
-    parser.feed(text)
-    parser.finish()
-    return parser.result()
+    return parse_whole(ToolCallParser(fmt, tool_names), text)
 
 
 __all__ = [

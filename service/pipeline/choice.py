@@ -14,9 +14,8 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
-from runtime_ext.formats.reasoning import ReasoningFormat
-from runtime_ext.parsers import ParseEvent, ToolCallParser
-from runtime_ext.parsers.reasoning import ReasoningEvent, ReasoningParser
+from runtime_ext.formats import ReasoningFormat
+from runtime_ext.parsers import ParseEvent, ReasoningEvent, ReasoningParser, ToolCallParser
 from service.pipeline.output_validation import validate_calls, validate_output
 from service.protocol.openai import DeltaFunction, DeltaToolCall, FunctionCall, ToolCall
 from service.types import ChoiceEvent, ChoiceResult, ChoiceStep, DecodeConstraint, Piece, ToolRequest

@@ -150,7 +150,7 @@ class Scripted:
 
 @pytest.fixture(scope="module")
 def scripted(assets, tmp_path_factory):
-    from runtime_ext.formats.reasoning import select_reasoning_format
+    from runtime_ext.formats import select_reasoning_format
     from service.startup import ModelInfo
     from service.types import ReasoningSetup
     from service.tokenizer import HFChatTemplate

@@ -53,7 +53,7 @@ def test_smollm2_gets_the_generic_section_and_text_calls(assets):
 
 
 def test_reasoning_markers_resolve_to_single_tokens_of_the_serving_tokenizer(assets):
-    from runtime_ext.formats.reasoning import QWEN3, ReasoningFormat
+    from runtime_ext.formats.reasoning_formats import QWEN3, ReasoningFormat
     from service.startup import ModelInfo
     from service.tokenizer import HFChatTemplate
     from service.types import ReasoningMarkerError, ReasoningSetup

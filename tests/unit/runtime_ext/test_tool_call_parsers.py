@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from runtime_ext.formats import FORMAT_NAMES, get_format, render_call
-from runtime_ext.formats.registry import DEEPSEEK_CALLS_BEGIN
+from runtime_ext.formats.tool_formats import DEEPSEEK_CALLS_BEGIN
 from runtime_ext.parsers import ParsedToolCall, ParserFinishedError, ToolCallDelta, ToolCallParser, parse
 
 PLAIN = ["", "  ", "Hello, world.\n", " a < b and [c] {d} ", "see <tool_ca", "[TOOL_CALLS", "x\n\n"]

@@ -17,7 +17,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from runtime_ext.formats import CallStyle, ToolFormat, render_calls_with_spans
-from runtime_ext.formats.registry import DEEPSEEK_CALL_END, DEEPSEEK_CALLS_BEGIN, DEEPSEEK_SEP
+from runtime_ext.formats.tool_formats import DEEPSEEK_CALL_END, DEEPSEEK_CALLS_BEGIN, DEEPSEEK_SEP
 
 WS = " \t\n\r"
 MARKERY = [

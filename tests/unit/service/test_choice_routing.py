@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runtime_ext.formats.reasoning import QWEN3
+from runtime_ext.formats.reasoning_formats import QWEN3
 from service.pipeline.choice import ChoiceOutput
 from service.types import EngineDelta, Piece
 

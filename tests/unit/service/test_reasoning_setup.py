@@ -8,7 +8,8 @@ import re
 
 import pytest
 
-from runtime_ext.formats.reasoning import FAMILY_REASONING, REASONING_FORMATS, select_reasoning_format
+from runtime_ext.formats import REASONING_FORMATS, select_reasoning_format
+from runtime_ext.formats.families import REASONING_BY_MODEL_TYPE as FAMILY_REASONING
 from service.types import ReasoningMarkerError, ReasoningSetup
 
 PIECES = re.compile(r"<[^>]*>|\n+| +|[^<\n ]+")

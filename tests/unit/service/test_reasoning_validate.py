@@ -66,7 +66,7 @@ POLICY_ALL = ReasoningPolicy(default_thinking=False,
 
 
 def planned(prompt_len=10, context=4096, **kw):
-    from runtime_ext.formats.reasoning import QWEN3
+    from runtime_ext.formats.reasoning_formats import QWEN3
     from service.pipeline.plan import make_plan
     from service.types import ModelFormats, PromptIds, ReasoningSetup
 

@@ -1,4 +1,4 @@
-"""Reasoning (think-block) formats: one frozen spec per family, shared by the parser,
+"""Reasoning (think-block) formats: one frozen spec per format, shared by the parser,
 the prompt stage and the budget enforcement. Pure.
 
 A reasoning block is ``start`` ... ``end`` at the beginning of the assistant turn,
@@ -54,26 +54,19 @@ QWEN3 = ReasoningFormat("qwen3", "<think>", "</think>")
 DEEPSEEK_R1 = ReasoningFormat("deepseek_r1", "<think>", "</think>", start_in_template=True)
 
 REASONING_FORMATS: Mapping[str, ReasoningFormat] = MappingProxyType({f.name: f for f in (QWEN3, DEEPSEEK_R1)})
-FAMILY_REASONING: Mapping[str, str] = MappingProxyType(
-    {"qwen3": "qwen3", "qwen3_moe": "qwen3", "deepseek_v3": "deepseek_r1"}
-)
+"""Registered reasoning formats by name (which model family uses which: ``formats.families``)."""
 
 
-def select_reasoning_format(
-    configured: str, model_type: str | None, start: str | None = None, end: str | None = None
-) -> ReasoningFormat | None:
-    """``configured``: ``auto`` (by model family; None when the family does not reason),
-    ``none``, ``generic`` (``start``/``end`` required) or a registered name."""
-    if configured == "none":
-        return None
-    if configured == "auto":
-        name = FAMILY_REASONING.get(model_type or "")
-        return None if name is None else REASONING_FORMATS[name]
-    if configured == "generic":
-        if not start or not end:
-            raise ValueError("reasoning.format 'generic' needs reasoning.start and reasoning.end markers")
-        return ReasoningFormat("generic", start, end)
+def get_reasoning_format(name: str) -> ReasoningFormat:
+    """The reasoning format registered as ``name``; :class:`UnknownReasoningFormatError` otherwise."""
     try:
-        return REASONING_FORMATS[configured]
+        return REASONING_FORMATS[name]
     except KeyError:
-        raise UnknownReasoningFormatError(configured) from None
+        raise UnknownReasoningFormatError(name) from None
+
+
+def generic_reasoning_format(start: str | None, end: str | None) -> ReasoningFormat:
+    """The ``generic`` format: the configured ``start``/``end`` markers (both required)."""
+    if not start or not end:
+        raise ValueError("reasoning.format 'generic' needs reasoning.start and reasoning.end markers")
+    return ReasoningFormat("generic", start, end)

@@ -1,4 +1,4 @@
-"""The registered tool-call formats and ``get_format``.
+"""The registered tool-call formats (one frozen ``ToolFormat`` each), their aliases and ``get_format``.
 
 Marker strings were checked against SGLang 0.5.23's detectors
 (``sglang/srt/function_call/{qwen25,llama32,mistral,deepseekv3,pythonic}_detector.py``).

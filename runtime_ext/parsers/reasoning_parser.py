@@ -15,10 +15,23 @@ reasoning text is kept verbatim.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
+from typing import Literal
 
-from runtime_ext.formats.reasoning import ReasoningFormat
+from runtime_ext.formats.reasoning_formats import ReasoningFormat
+from runtime_ext.parsers.streaming import parse_whole
 
-_BEFORE, _REASONING, _AFTER_END, _CONTENT = range(4)
+
+class _Phase(Enum):
+    """Where the parser is in the output."""
+
+    BEFORE = "before"  # nothing decided yet: a block may still start
+    REASONING = "reasoning"  # inside the block
+    AFTER_END = "after_end"  # after the end marker, dropping the whitespace that follows it
+    CONTENT = "content"  # the answer: everything else is content
+
+
+_Piece = tuple[Literal["reasoning", "content"], str]
 
 
 @dataclass(frozen=True)
@@ -38,7 +51,7 @@ class ReasoningResult:
 class ReasoningParser:
     def __init__(self, fmt: ReasoningFormat, in_reasoning: bool) -> None:
         self.fmt = fmt
-        self._state = _REASONING if in_reasoning else _BEFORE
+        self._phase = _Phase.REASONING if in_reasoning else _Phase.BEFORE
         self._started = in_reasoning
         self._ended = False
         self._buffer = ""
@@ -56,59 +69,60 @@ class ReasoningParser:
         return ReasoningResult("".join(self._reasoning), "".join(self._content), self._started, self._ended)
 
     def _drain(self, final: bool) -> ReasoningEvent:
-        reasoning, content = [], []
+        reasoning: list[str] = []
+        content: list[str] = []
         while True:
             step = self._step(final)
             if step is None:
                 break
             kind, text = step
-            (reasoning if kind == "r" else content).append(text)
+            (reasoning if kind == "reasoning" else content).append(text)
         event = ReasoningEvent("".join(reasoning), "".join(content))
         self._reasoning.append(event.reasoning)
         self._content.append(event.content)
         return event
 
-    def _step(self, final: bool) -> tuple[str, str] | None:
+    def _step(self, final: bool) -> _Piece | None:
         """Consume one decided piece of the buffer, or None when nothing more is decided."""
         buf = self._buffer
         if not buf:
             return None
-        if self._state == _BEFORE:
+        if self._phase is _Phase.BEFORE:
             return self._before(buf, final)
-        if self._state == _REASONING:
+        if self._phase is _Phase.REASONING:
             return self._inside(buf, final)
-        if self._state == _AFTER_END:
+        if self._phase is _Phase.AFTER_END:
             stripped = buf.lstrip()
             if not stripped and not final:
                 self._buffer = ""
                 return None
-            self._state, self._buffer = _CONTENT, stripped
-            return ("c", "") if stripped else None
+            self._phase, self._buffer = _Phase.CONTENT, stripped
+            return ("content", "") if stripped else None
         self._buffer = ""
-        return "c", buf
+        return "content", buf
 
-    def _before(self, buf: str, final: bool) -> tuple[str, str] | None:
+    def _before(self, buf: str, final: bool) -> _Piece | None:
         head = buf.lstrip()
         start = self.fmt.start
         if head.startswith(start):
-            self._state, self._started, self._buffer = _REASONING, True, head[len(start):]
-            return "r", ""
+            self._phase, self._started, self._buffer = _Phase.REASONING, True, head[len(start):]
+            return "reasoning", ""
         if start.startswith(head) and not final:
             return None  # still may become the start marker
-        self._state = _CONTENT
-        return "c", ""
+        self._phase = _Phase.CONTENT
+        return "content", ""
 
-    def _inside(self, buf: str, final: bool) -> tuple[str, str] | None:
+    def _inside(self, buf: str, final: bool) -> _Piece | None:
         end = self.fmt.end
         at = buf.find(end)
         if at >= 0:
-            self._state, self._ended, self._buffer = _AFTER_END, True, buf[at + len(end):]
-            return "r", buf[:at]
+            self._phase, self._ended, self._buffer = _Phase.AFTER_END, True, buf[at + len(end):]
+            return "reasoning", buf[:at]
         keep = 0 if final else _partial_suffix(buf, end)
         if keep == len(buf):
             return None
         self._buffer = buf[len(buf) - keep:]
-        return "r", buf[: len(buf) - keep]
+        return "reasoning", buf[: len(buf) - keep]
 
 
 def _partial_suffix(text: str, marker: str) -> int:
@@ -120,7 +134,5 @@ def _partial_suffix(text: str, marker: str) -> int:
 
 
 def parse_reasoning(fmt: ReasoningFormat, text: str, in_reasoning: bool) -> ReasoningResult:
-    parser = ReasoningParser(fmt, in_reasoning)
-    parser.feed(text)
-    parser.finish()
-    return parser.result()
+    """Split a whole output at once (same result as any streaming of ``text``)."""
+    return parse_whole(ReasoningParser(fmt, in_reasoning), text)

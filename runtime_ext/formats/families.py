@@ -1,0 +1,128 @@
+"""Model families: the one record per family of what the service must know about it. Pure.
+
+A :class:`ModelFamily` names the ``config.json`` ``model_type`` values it covers, the
+tool-call format its chat template teaches and the reasoning format it writes (None:
+it does not reason). Adding a family is one record in :data:`MODEL_FAMILIES`; the
+format selection below and the lookups derived from it read nothing else.
+
+Template facts: whether a template renders ``tools`` is probed from the template
+itself (``formats.templates``), and whether it opens the think block is a property
+of the family's reasoning format (``ReasoningFormat.start_in_template``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Final
+
+from runtime_ext.formats.reasoning_formats import (
+    DEEPSEEK_R1,
+    QWEN3,
+    ReasoningFormat,
+    generic_reasoning_format,
+    get_reasoning_format,
+)
+from runtime_ext.formats.spec import ToolFormat
+from runtime_ext.formats.tool_formats import (
+    DEEPSEEK_V3,
+    FORMAT_NAMES,
+    GENERIC,
+    LLAMA3,
+    MISTRAL,
+    QWEN,
+    get_format,
+)
+
+AUTO: Final = "auto"
+"""Config value: choose the format from the model family."""
+REASONING_NONE: Final = "none"
+"""Config value (reasoning): the model does not reason."""
+REASONING_GENERIC: Final = "generic"
+"""Config value (reasoning): the configured start/end markers."""
+
+
+@dataclass(frozen=True)
+class ModelFamily:
+    """One model family.
+
+    name: a label for logs and docs.
+    model_types: the ``config.json`` ``model_type`` values of this family.
+    tool_format: the format of calls when the chat template renders tools (a
+        template that does not gets ``generic``, taught in the system prompt).
+    reasoning: the think-block format under ``reasoning.format: auto`` (None: none).
+    """
+
+    name: str
+    model_types: tuple[str, ...]
+    tool_format: ToolFormat
+    reasoning: ReasoningFormat | None = None
+
+
+MODEL_FAMILIES: tuple[ModelFamily, ...] = (
+    ModelFamily("qwen2", ("qwen2", "qwen2_moe"), QWEN),
+    ModelFamily("qwen3", ("qwen3", "qwen3_moe"), QWEN, QWEN3),
+    ModelFamily("llama3", ("llama",), LLAMA3),
+    ModelFamily("mistral", ("mistral", "mixtral"), MISTRAL),
+    ModelFamily("deepseek_v3", ("deepseek_v3",), DEEPSEEK_V3, DEEPSEEK_R1),
+    ModelFamily("deepseek_v32", ("deepseek_v32",), DEEPSEEK_V3),
+)
+
+
+def by_model_type(families: Iterable[ModelFamily]) -> Mapping[str, ModelFamily]:
+    """Each family under each of its model types; ValueError when a type is in two."""
+    index: dict[str, ModelFamily] = {}
+    for family in families:
+        for model_type in family.model_types:
+            if model_type in index:
+                raise ValueError(f"model_type {model_type!r} is in two families")
+            index[model_type] = family
+    return MappingProxyType(index)
+
+
+_FAMILY_BY_MODEL_TYPE: Mapping[str, ModelFamily] = by_model_type(MODEL_FAMILIES)
+TOOL_FORMAT_BY_MODEL_TYPE: Mapping[str, str] = MappingProxyType(
+    {t: f.tool_format.name for t, f in _FAMILY_BY_MODEL_TYPE.items()}
+)
+"""``model_type`` -> tool-call format name, for templates that render tools (derived)."""
+REASONING_BY_MODEL_TYPE: Mapping[str, str] = MappingProxyType(
+    {t: f.reasoning.name for t, f in _FAMILY_BY_MODEL_TYPE.items() if f.reasoning is not None}
+)
+"""``model_type`` -> reasoning format name, for the families that reason (derived)."""
+
+
+class ToolFormatSelectionError(ValueError):
+    """``tool_format: auto`` cannot tell the format; the message says what to set."""
+
+
+def select_format(configured: str, model_type: str | None, template_renders_tools: bool) -> ToolFormat:
+    """The format to serve with. ``configured``: ``auto`` or a registered name
+    (raises ``UnknownFormatError`` for others)."""
+    if configured != AUTO:
+        return get_format(configured)
+    if not template_renders_tools:
+        return GENERIC
+    name = TOOL_FORMAT_BY_MODEL_TYPE.get(model_type or "")
+    if name is None:
+        raise ToolFormatSelectionError(
+            f"the chat template renders tools but the tool-call format of model_type "
+            f"{model_type!r} is unknown; set tool_format (STRUCTSERVE_TOOL_FORMAT) to one of: "
+            f"{', '.join(FORMAT_NAMES)}"
+        )
+    return get_format(name)
+
+
+def select_reasoning_format(
+    configured: str, model_type: str | None, start: str | None = None, end: str | None = None
+) -> ReasoningFormat | None:
+    """``configured``: ``auto`` (by model family; None when the family does not reason),
+    ``none``, ``generic`` (``start``/``end`` required) or a registered name."""
+    if configured == REASONING_NONE:
+        return None
+    if configured == AUTO:
+        name = REASONING_BY_MODEL_TYPE.get(model_type or "")
+        return None if name is None else get_reasoning_format(name)
+    if configured == REASONING_GENERIC:
+        return generic_reasoning_format(start, end)
+    return get_reasoning_format(configured)
