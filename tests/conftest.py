@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.server import ServerProcess
+from tests.scripted_serve import SCRIPT_ENV
+from tests.server import ScriptedServer, ServerProcess
 
 
 @pytest.fixture(scope="session")
@@ -39,6 +40,19 @@ def smol_server(assets):
     yield server
     code = server.stop()
     assert code == 0, f"SIGTERM must shut the server down gracefully (exit 0), got {code}"
+
+
+@pytest.fixture(scope="session")
+def scripted_server(assets, tmp_path_factory):
+    """structserve on the tiny Qwen3 (float32) through tests/scripted_serve.py: the real service
+    and engine, with test-chosen sampling params for reasoning phases and ``…-scripted``
+    requests (tests/api/test_reasoning.py, tests/api/test_tool_stop.py)."""
+    path = tmp_path_factory.mktemp("script") / "script.json"
+    server = ServerProcess(assets.qwen3_tiny, "qwen-scripted", module="tests.scripted_serve",
+                           env={"STRUCTSERVE_DTYPE": "float32", SCRIPT_ENV: str(path)})
+    server.start()
+    yield ScriptedServer(server, path)
+    assert server.stop() == 0
 
 
 C8_BUDGET = 2 << 20  # KV bytes for c8_server

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -87,3 +89,15 @@ class ServerProcess:
             return self.proc.wait(timeout=30)
         finally:
             self._log.close()
+
+
+@dataclass
+class ScriptedServer:
+    """A server started through tests/scripted_serve.py and the script file it reads."""
+
+    server: ServerProcess
+    script: Path
+
+    def write(self, params: dict) -> None:
+        """Extra sampling params for the selected engine requests from now on."""
+        self.script.write_text(json.dumps(params))

@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 import openai
 import pytest
 from jsonschema import Draft202012Validator
 
-from tests.scripted_serve import SCRIPT_ENV
-from tests.server import ServerProcess
+from tests.server import ScriptedServer, ServerProcess
 
 USER = [{"role": "user", "content": "Think about the weather, then answer."}]
 LABEL = {"type": "object", "properties": {"label": {"enum": ["spam", "ham"]}}, "required": ["label"],
@@ -135,7 +133,7 @@ def test_a_model_without_reasoning_refuses_thinking(smol_server):
 @dataclass
 class Scripted:
     server: ServerProcess
-    script: Path
+    control: ScriptedServer
     end_id: int  # the format's end marker, resolved in the serving tokenizer like the service does
     eos_id: int
 
@@ -145,24 +143,19 @@ class Scripted:
         self.write({"logit_bias": {str(token_id): 100.0}, "min_new_tokens": step})
 
     def write(self, params: dict) -> None:
-        self.script.write_text(json.dumps(params))
+        self.control.write(params)
 
 
 @pytest.fixture(scope="module")
-def scripted(assets, tmp_path_factory):
+def scripted(assets, scripted_server):
     from runtime_ext.formats import select_reasoning_format
     from service.startup import ModelInfo
-    from service.types import ReasoningSetup
     from service.tokenizer import HFChatTemplate
+    from service.types import ReasoningSetup
 
-    path = tmp_path_factory.mktemp("script") / "reasoning.json"
-    server = ServerProcess(assets.qwen3_tiny, "qwen-scripted", module="tests.scripted_serve",
-                           env={"STRUCTSERVE_DTYPE": "float32", SCRIPT_ENV: str(path)})
-    server.start()
     template = HFChatTemplate(assets.qwen3_tiny, ModelInfo.read(assets.qwen3_tiny).model_type)
     setup = ReasoningSetup.build(select_reasoning_format("auto", template.model_type), template.encode)
-    yield Scripted(server, path, setup.end_id, template.tokenizer.eos_token_id)
-    assert server.stop() == 0
+    return Scripted(scripted_server.server, scripted_server, setup.end_id, template.tokenizer.eos_token_id)
 
 
 def stream_parts(server, **kw) -> tuple[str, str, list[str], list, object, list[str]]:
