@@ -84,8 +84,8 @@ def forced_error(ref: dict, quant: dict) -> float:
 def test_c8_serves_and_tracks_the_unquantized_cache(assets, model, tmp_path):
     from transformers import AutoTokenizer
 
+    from assets import calibration_text
     from runtime_ext.kv_cache.calibration import calibrate
-    from service.assets import calibration_text
 
     model_dir = getattr(assets, model)
     tok = AutoTokenizer.from_pretrained(str(model_dir))

@@ -24,7 +24,7 @@ def kv_calibrate(
     from tqdm import tqdm
 
     from runtime_ext.kv_cache.calibration import calibrate
-    from service.assets import calibration_text, fetch
+    from assets import calibration_text, fetch
 
     model_dir = model or fetch(["smollm2"]).smollm2
     source = text.read_text(encoding="utf-8") if text else (fetch(["austen"]) and calibration_text())

@@ -1,5 +1,5 @@
 """``structserve quant export``: write a quantized checkpoint in the msModelSlim layout
-(``modelslim.py``) from a high-precision one, with exactly the math of online quantization
+(``runtime_ext/quant/modelslim.py``) from a high-precision one, with exactly the math of online quantization
 (``runtime_ext.ops.quant_ref``), so loading the export gives the same weights as quantizing
 at load. Layers in ``policy.keep`` are written unchanged and described ``FLOAT``.
 """
