@@ -60,7 +60,7 @@ def decode_speed(engine, prompts: list[list[int]], params: dict) -> float:
 def calibrate_once(model: Path) -> None:
     """C8-S scales from the calibration split (never the held-out text)."""
     from assets import calibration_text
-    from runtime_ext.kv_cache.calibration import calibrate
+    from tools.kv_calibrate import calibrate
 
     path = Path("/tmp/structserve-bench-kv-calibration.json")
     calib = calibrate(model, calibration_text(), tokens=2048)

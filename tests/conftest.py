@@ -52,7 +52,7 @@ def c8_server(assets, tmp_path_factory):
     on the calibration split), the pool sized by a byte budget; prefixes reused by runtime_ext's
     combined-block radix cache (4 pages of 16 tokens per unit)."""
     from assets import calibration_text
-    from runtime_ext.kv_cache.calibration import calibrate
+    from tools.kv_calibrate import calibrate
 
     calib = tmp_path_factory.mktemp("kv") / "qwen3-tiny.json"
     calibrate(assets.qwen3_tiny, calibration_text(), tokens=512).save(calib)

@@ -85,7 +85,7 @@ def test_c8_serves_and_tracks_the_unquantized_cache(assets, model, tmp_path):
     from transformers import AutoTokenizer
 
     from assets import calibration_text
-    from runtime_ext.kv_cache.calibration import calibrate
+    from tools.kv_calibrate import calibrate
 
     model_dir = getattr(assets, model)
     tok = AutoTokenizer.from_pretrained(str(model_dir))
