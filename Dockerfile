@@ -45,6 +45,8 @@ COPY pyproject.toml README.md ./
 COPY service service
 COPY runtime_ext runtime_ext
 COPY grammars grammars
+COPY assets assets
+COPY tools tools
 COPY configs configs
 # the same script again: dependencies are there (stamp), it installs the project itself
 RUN bash scripts/setup.sh && rm -f .venv \

@@ -44,7 +44,7 @@ GIB = 1 << 30
 def windows(n: int, size: int) -> list[list[int]]:
     from transformers import AutoTokenizer
 
-    from service.assets import eval_text, fetch
+    from assets import eval_text, fetch
 
     assets = fetch(["smollm2", "austen"])
     tok = AutoTokenizer.from_pretrained(str(assets.smollm2))
@@ -60,9 +60,9 @@ def decode_speed(engine, prompts: list[list[int]], params: dict) -> float:
 
 def calibrate_once(model: Path) -> None:
     """C8-S scales from the calibration split (never the held-out text)."""
+    from assets import calibration_text
     from runtime_ext.config import RuntimeExtConfig
-    from runtime_ext.kv_cache.calibration import calibrate
-    from service.assets import calibration_text
+    from tools.kv_calibrate import calibrate
 
     path = Path("/tmp/structserve-bench-kv-calibration.json")
     calib = calibrate(model, calibration_text(), tokens=2048)
@@ -108,7 +108,7 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=64)
     parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
     args = parser.parse_args()
-    from service.assets import fetch
+    from assets import fetch
 
     model = fetch(["smollm2"]).smollm2
     prompts = windows(args.windows, args.window)

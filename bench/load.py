@@ -103,7 +103,7 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=120.0)
     parser.add_argument("--disconnect", type=float, default=0.3)
     args = parser.parse_args()
-    from service.assets import fetch
+    from assets import fetch
     from tests.api.test_disconnect import CENSUS_RE, kv_used, wait_for_kv
     from tests.server import ServerProcess
 

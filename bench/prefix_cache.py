@@ -35,7 +35,7 @@ IMPLS = ("sglang", "structserve")
 def prompts(model: Path, prefix_tokens: int, n: int) -> tuple[list[int], list[list[int]]]:
     from transformers import AutoTokenizer
 
-    from service.assets import eval_text
+    from assets import eval_text
 
     tok = AutoTokenizer.from_pretrained(str(model))
     shared = tok.encode(eval_text()[: prefix_tokens * 8], add_special_tokens=False)[:prefix_tokens]
@@ -78,7 +78,7 @@ def main() -> None:
     parser.add_argument("--prefix", type=int, default=1500)
     parser.add_argument("--rounds", type=int, default=6)
     args = parser.parse_args()
-    from service.assets import fetch
+    from assets import fetch
 
     model = fetch(["smollm2", "austen"]).smollm2
     shared, questions = prompts(model, args.prefix, args.rounds)

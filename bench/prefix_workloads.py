@@ -39,7 +39,7 @@ def workloads(model: Path) -> dict[str, list[tuple[bool, list[int]]]]:
     """name -> [(may hit: not the first request of its chat, prompt ids)] in serving order."""
     from transformers import AutoTokenizer
 
-    from service.assets import eval_text
+    from assets import eval_text
 
     tok = AutoTokenizer.from_pretrained(str(model))
     words = tok.encode(eval_text()[:40000], add_special_tokens=False)
@@ -91,7 +91,7 @@ def waste(lengths: list[int], page: int) -> float:
 
 
 def main() -> None:
-    from service.assets import fetch
+    from assets import fetch
 
     model = fetch(["smollm2", "austen"]).smollm2
     loads = workloads(model)

@@ -50,7 +50,7 @@ def prepare(base: Path) -> tuple[Path, list[str]]:
     from typer.testing import CliRunner
 
     from runtime_ext.quant.sensitivity import load_sensitive_layers
-    from service.cli import app
+    from tools.cli import app
 
     smoothed, scan = WORK / "smoothed", WORK / "sensitive_layers.json"
     if not (smoothed / "config.json").is_file():
@@ -104,7 +104,7 @@ def decode_speed(engine, windows: list[list[int]], params: dict) -> float:
 def held_out(model: Path, n: int, size: int) -> list[list[int]]:
     from transformers import AutoTokenizer
 
-    from service.assets import eval_text
+    from assets import eval_text
 
     ids = AutoTokenizer.from_pretrained(str(model)).encode(eval_text()[: n * size * 8], add_special_tokens=False)
     return [ids[i * size:(i + 1) * size] for i in range(n)]
@@ -115,7 +115,7 @@ def main() -> None:
     parser.add_argument("--windows", type=int, default=8)
     parser.add_argument("--window", type=int, default=512)
     args = parser.parse_args()
-    from service.assets import fetch
+    from assets import fetch
 
     base = fetch(["smollm2", "austen"]).smollm2
     smoothed, fallback = prepare(base)

@@ -120,7 +120,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--mechanism", action="store_true", help="also measure overlap on vs off in sglang.Engine")
     args = parser.parse_args()
-    from service.assets import fetch
+    from assets import fetch
 
     model = fetch().qwen3_tiny
     console = Console(width=160)

@@ -51,7 +51,7 @@ class Result:
 
 
 def prompts(n: int) -> list[str]:
-    from service.assets import eval_text, fetch
+    from assets import eval_text, fetch
 
     fetch(["austen"])
     words = eval_text().split()
@@ -223,7 +223,7 @@ def table(results: dict[str, dict[int, Result]], args: argparse.Namespace) -> Ta
 
 
 def main() -> None:
-    from service.assets import model_dir
+    from assets import model_dir
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", type=Path, default=None, help="model dir (default: SmolLM2 from the asset cache)")

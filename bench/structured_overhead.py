@@ -140,7 +140,7 @@ def main() -> None:
     parser.add_argument("--tools", type=int, default=64)
     parser.add_argument("--skip-decode", action="store_true")
     args = parser.parse_args()
-    from service.assets import fetch
+    from assets import fetch
 
     model = args.model or fetch().smollm2
     console = Console(width=160)

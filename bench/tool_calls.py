@@ -238,7 +238,7 @@ def main() -> None:
         Console(width=240).print(table(summaries, f"tool calls: {Path(saved[0]['model']).name}"))
         return
     if args.model is None:
-        from service.assets import model_dir
+        from assets import model_dir
 
         args.model = model_dir("qwen2.5-coder")
     tools = load_tools()

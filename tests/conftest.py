@@ -11,7 +11,7 @@ from tests.server import ScriptedServer, ServerProcess
 @pytest.fixture(scope="session")
 def assets():
     """The verified, converted assets (`make test` fetched them already)."""
-    from service.assets import fetch
+    from assets import fetch
 
     return fetch()
 
@@ -65,8 +65,8 @@ def c8_server(assets, tmp_path_factory):
     precision) and the INT8 KV cache with residuals (kv_cache: c8_static_residual, calibrated
     on the calibration split), the pool sized by a byte budget; prefixes reused by runtime_ext's
     combined-block radix cache (4 pages of 16 tokens per unit)."""
-    from runtime_ext.kv_cache.calibration import calibrate
-    from service.assets import calibration_text
+    from assets import calibration_text
+    from tools.kv_calibrate import calibrate
 
     calib = tmp_path_factory.mktemp("kv") / "qwen3-tiny.json"
     calibrate(assets.qwen3_tiny, calibration_text(), tokens=512).save(calib)

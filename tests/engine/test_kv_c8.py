@@ -86,8 +86,8 @@ def forced_error(ref: dict, quant: dict) -> float:
 def test_c8_serves_and_tracks_the_unquantized_cache(assets, model, tmp_path):
     from transformers import AutoTokenizer
 
-    from runtime_ext.kv_cache.calibration import calibrate
-    from service.assets import calibration_text
+    from assets import calibration_text
+    from tools.kv_calibrate import calibrate
 
     model_dir = getattr(assets, model)
     tok = AutoTokenizer.from_pretrained(str(model_dir))

@@ -82,7 +82,7 @@ def test_quantized_smollm2_still_answers(assets, prompt, case):
 def test_exported_checkpoint_serves_exactly_like_online_quantization(assets, prompt, case, tmp_path):
     from typer.testing import CliRunner
 
-    from service.cli import app
+    from tools.cli import app
 
     if case not in ONLINE:  # run alone (-k): make the online reference here
         out, _, logprobs = generate(assets.smollm2, prompt[1], case, {})

@@ -1,4 +1,4 @@
-"""``structserve grammar check`` (grammars/check_cli.py): real in-process compile with the
+"""``structserve grammar check`` (tools/grammar_check.py): real in-process compile with the
 tiny Qwen3 tokenizer and token-by-token walks; plus the instance serializer."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from grammars.check_cli import grammar_app, grammar_text, walk_tokens
 from grammars.json_schema import check_schema
+from tools.grammar_check import grammar_app, grammar_text, walk_tokens
 
 SCHEMA = {"type": "object", "properties": {
     "name": {"type": "string"}, "age": {"type": "integer", "maximum": 150},
@@ -23,7 +23,7 @@ GOOD = {"age": 41.0, "tags": ["x", "é\n"], "role": {"custom": [1, 2]}, "name": 
 
 @pytest.fixture(scope="module")
 def qwen3_dir() -> Path:
-    from service.assets import model_dir
+    from assets import model_dir
 
     return model_dir("qwen3-tiny")
 

@@ -20,7 +20,7 @@ PARAM = "response_format.json_schema.schema"
 
 @pytest.fixture(scope="module")
 def qwen3_dir() -> Path:
-    from service.assets import model_dir
+    from assets import model_dir
 
     return model_dir("qwen3-tiny")
 

@@ -31,7 +31,7 @@ SLOW = json.dumps({"type": "string", "maxLength": 20_000})  # many seconds on th
 
 @pytest.fixture(scope="module")
 def qwen3_dir() -> Path:
-    from service.assets import model_dir
+    from assets import model_dir
 
     return model_dir("qwen3-tiny")
 

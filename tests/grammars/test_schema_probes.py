@@ -162,9 +162,9 @@ def test_root_recursion_breaks_the_token_mask() -> None:
     """Why ``$ref: "#"`` is refused: the bitmask forbids ``}}`` that the matcher accepts."""
     import xgrammar
 
-    from grammars.check_cli import _allowed
+    from assets import model_dir
     from grammars.xgrammar_calls import compile_text, load_compiler
-    from service.assets import model_dir
+    from tools.grammar_check import _allowed
 
     tok, compiler = load_compiler(model_dir("smollm2"))
     results = {}

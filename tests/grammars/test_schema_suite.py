@@ -26,10 +26,10 @@ from typing import Any
 
 import pytest
 
-from grammars.check_cli import grammar_text, walk_tokens
 from grammars.xgrammar_calls import capture_warnings, compile_text, load_compiler
 from grammars.errors import GrammarError
 from grammars.json_schema import check_schema
+from tools.grammar_check import grammar_text, walk_tokens
 
 STRICT = "strict mode: undeclared properties/items are refused unless the schema allows them"
 TYPELESS = "no `type`, but object/array keywords: xgrammar admits only objects/arrays"
@@ -99,14 +99,14 @@ CHECK_BOUND_S, COMPILE_BOUND_S = 1.0, 5.0
 
 @pytest.fixture(scope="module")
 def suite_files() -> list[Path]:
-    from service.assets import schema_suite_dir
+    from assets import schema_suite_dir
 
     return sorted(schema_suite_dir().glob("*.json"))
 
 
 @pytest.fixture(scope="module")
 def smollm2() -> tuple[Any, Any]:
-    from service.assets import model_dir
+    from assets import model_dir
 
     return load_compiler(model_dir("smollm2"))
 
@@ -233,7 +233,7 @@ def _mask_mismatches(compiled: Any, tokenizer: Any, text: str, probes: list[int]
     the matcher and vice versa (xgrammar 0.2.7 breaks this for ``$ref: "#"``)."""
     import xgrammar
 
-    from grammars.check_cli import _allowed
+    from tools.grammar_check import _allowed
 
     matcher = xgrammar.GrammarMatcher(compiled)
     bitmask = xgrammar.allocate_token_bitmask(1, compiled.tokenizer_info.vocab_size)

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from assets import default_cache_dir
 from grammars.tool_calls import CALL_WHITESPACE_LIMIT, ToolSpec, tool_call_constraint
 from runtime_ext.formats import get_format, render_calls
-from service.assets import default_cache_dir
 
 import xgrammar as xgr  # noqa: E402 -- pinned: a missing one is a failure, not a skip
 import transformers  # noqa: E402

@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from assets import default_cache_dir
 from grammars.tool_calls import ToolSpec, tool_call_constraint
 from runtime_ext.formats import get_format, render_calls
 from runtime_ext.parsers import parse
-from service.assets import default_cache_dir
 
 import xgrammar as xgr  # noqa: E402 -- pinned: a missing one is a failure, not a skip
 import transformers  # noqa: E402

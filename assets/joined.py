@@ -22,11 +22,11 @@ import shutil
 from pathlib import Path
 from typing import BinaryIO
 
-from service.assets.archives import copy_member
-from service.assets.download import ensure_archive
-from service.assets.errors import ConversionError, HashMismatchError
-from service.assets.manifest import Artifact, Member, SplitFile
-from service.assets.verify import remove_with_stamp, verify_file, write_stamp
+from assets.archives import copy_member
+from assets.download import ensure_archive
+from assets.errors import ConversionError, HashMismatchError
+from assets.manifest import Artifact, Member, SplitFile
+from assets.verify import remove_with_stamp, verify_file, write_stamp
 
 __all__ = ["check_split", "ensure_joined", "joined_path"]
 
@@ -48,7 +48,7 @@ def check_split(split: SplitFile) -> None:
     if total != split.size:
         raise ConversionError(
             f"{split.key}: the parts add up to {total} bytes, the joined file is pinned at "
-            f"{split.size}; fix service/assets/manifest.py"
+            f"{split.size}; fix assets/manifest.py"
         )
 
 

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from service.assets.errors import AssetError, ConversionError
-from service.assets.layout import is_complete, staging_dir, text_dir, write_marker
+from assets.errors import AssetError, ConversionError
+from assets.layout import is_complete, staging_dir, text_dir, write_marker
 
 __all__ = [
     "BOOKS",
@@ -251,7 +251,7 @@ def _read_books(cache_dir: Path, books: tuple[str, ...]) -> str:
     if not is_complete(folder):
         raise AssetError(
             f"{folder} is missing or incomplete: run `structserve assets fetch austen`"
-            " (or service.assets.fetch(['austen'])) first"
+            " (or assets.fetch(['austen'])) first"
         )
     return "\n\n".join((folder / f"{b}.txt").read_text(encoding="utf-8") for b in books)
 

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Literal
 
-from service.assets.errors import ConversionError
+from assets.errors import ConversionError
 
 __all__ = ["copy_member"]
 

@@ -13,7 +13,7 @@ __all__ = ["AssetError", "ConversionError", "HashMismatchError", "RegistryUnreac
 
 
 class AssetError(Exception):
-    """Base class of every error raised by ``service.assets``."""
+    """Base class of every error raised by ``assets``."""
 
 
 class HashMismatchError(AssetError):
@@ -33,7 +33,7 @@ class HashMismatchError(AssetError):
             f"sha256 mismatch for {self.path}: expected {expected}, got {got}. "
             "The file was deleted and will not be used. Run the fetch again to re-download it; "
             "if the mismatch persists, the registry now serves different bytes for this pinned "
-            "version: check the package and update the pin in service/assets/manifest.py "
+            "version: check the package and update the pin in assets/manifest.py "
             "only after reviewing the new content."
         )
 

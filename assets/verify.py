@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from service.assets.errors import HashMismatchError
+from assets.errors import HashMismatchError
 
 __all__ = [
     "STAMP_SUFFIX",

@@ -15,7 +15,7 @@ TextOpt = Annotated[Optional[Path], typer.Option("--text", help="UTF-8 text file
 
 
 def _inputs(model: Optional[Path], text: Optional[Path]) -> tuple[Path, str]:
-    from service.assets import calibration_text, fetch
+    from assets import calibration_text, fetch
 
     model_dir = model or fetch(["smollm2"]).smollm2
     return model_dir, text.read_text(encoding="utf-8") if text else (fetch(["austen"]) and calibration_text())
@@ -32,7 +32,7 @@ def calibrate_cmd(
     from rich.table import Table
     from tqdm import tqdm
 
-    from runtime_ext.quant.smooth import calibrate
+    from tools.quant.smooth import calibrate
 
     model_dir, source = _inputs(model, text)
     result = calibrate(model_dir, source, out, tokens=tokens, progress=lambda it: tqdm(it, desc="α search"))
@@ -57,8 +57,8 @@ def scan_cmd(
     from tqdm import tqdm
 
     from runtime_ext.quant import sensitivity
-    from runtime_ext.quant.offline import scan
     from runtime_ext.quant.policy import QuantPolicy
+    from tools.quant.offline import scan
 
     model_dir, source = _inputs(model, text)
     scores = scan(model_dir, source, QuantPolicy(scheme), tokens=tokens, progress=lambda it: tqdm(it, desc="layers"))
@@ -81,10 +81,10 @@ def export_cmd(
     """Write a quantized checkpoint in the msModelSlim layout (quant_model_description.json + int8 weights)."""
     from tqdm import tqdm
 
-    from runtime_ext.quant.export import export
+    from assets import fetch
     from runtime_ext.quant.policy import QuantPolicy
     from runtime_ext.quant.sensitivity import load_sensitive_layers
-    from service.assets import fetch
+    from tools.quant.export import export
 
     model_dir = model or fetch(["smollm2"]).smollm2
     keep = tuple(load_sensitive_layers(sensitive_layers)) if sensitive_layers else ()

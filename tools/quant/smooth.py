@@ -23,8 +23,8 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from runtime_ext.quant.offline import linear_layers, load_model, perplexity, quantize_model, token_ids
 from runtime_ext.quant.policy import QuantPolicy
+from tools.quant.offline import linear_layers, load_model, perplexity, quantize_model, token_ids
 
 ALPHAS = (0.3, 0.4, 0.5, 0.6, 0.7)
 

@@ -1,7 +1,8 @@
 """``structserve quant export``: write a quantized checkpoint in the msModelSlim layout
-(``modelslim.py``) from a high-precision one, with exactly the math of online quantization
-(``runtime_ext.ops.quant_ref``), so loading the export gives the same weights as quantizing
-at load. Layers in ``policy.keep`` are written unchanged and described ``FLOAT``.
+(``runtime_ext/quant/modelslim.py``) from a high-precision one, with exactly the math of
+online quantization (``runtime_ext.ops.quant_ref``), so loading the export gives the same
+weights as quantizing at load. Layers in ``policy.keep`` are written unchanged and described
+``FLOAT``.
 """
 
 from __future__ import annotations

@@ -27,8 +27,8 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from service.assets import austen, build
-from service.assets.errors import (
+from assets import austen, build
+from assets.errors import (
     AssetError,
     ConversionError,
     HashMismatchError,

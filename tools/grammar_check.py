@@ -1,7 +1,7 @@
 """``structserve grammar check``: does a schema compile, and does the compiled grammar
 accept given instances token by token?
 
-``grammar_app`` is a Typer app (the service CLI mounts it as ``structserve grammar``).
+``grammar_app`` is a Typer app (``tools/cli.py`` mounts it as ``structserve grammar``).
 The check runs the fail-closed policy (``check_schema``), compiles in-process with the
 exact xgrammar calls the engine uses (``grammars.compile``), serializes each instance
 the way that grammar emits JSON (``grammar_text``), tokenizes it, and walks a
@@ -226,7 +226,7 @@ def _compile(canonical: str, tokenizer_dir: Path | None) -> tuple[Any, Any]:
     from grammars.xgrammar_calls import capture_warnings, compile_text, load_compiler
 
     if tokenizer_dir is None:
-        from service.assets import model_dir
+        from assets import model_dir
 
         tokenizer_dir = model_dir("smollm2")
     tok, compiler = load_compiler(tokenizer_dir)

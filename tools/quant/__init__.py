@@ -1,0 +1,1 @@
+"""Offline quantization on a HF model (torch): ``structserve quant calibrate | scan | export``."""
