@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV_PY := .venv/bin/python
 STRUCTSERVE := .venv/bin/structserve
 
-.PHONY: setup assets serve test test-unit bench clean
+.PHONY: setup assets serve test test-unit lint bench clean
 
 setup:
 	@bash scripts/setup.sh
@@ -15,8 +15,14 @@ assets: setup
 serve: setup
 	@$(STRUCTSERVE) serve
 
-test: assets
+test: assets lint
 	@$(VENV_PY) -m pytest $(PYTEST_ARGS)
+
+# Static checks (also the first step of `make test`): lint, format, strict types on the pure packages.
+lint: setup
+	@.venv/bin/ruff check .
+	@.venv/bin/ruff format --check .
+	@.venv/bin/mypy
 
 # Milliseconds-fast logic tests only: no engine, no assets (tests/unit/conftest.py enforces it).
 test-unit: setup

@@ -20,8 +20,8 @@ from fastapi import HTTPException
 from runtime_ext.kv_cache.sizing import KVMode
 from runtime_ext.plugin import INTERNAL_STATE_KEY
 from service.errors import EngineError, InvalidRequestError, ServiceError
-from service.types import EngineDelta, EngineOutput, GenerationPlan
 from service.settings import EngineSettings, PrefixBackend
+from service.types import EngineDelta, EngineOutput, GenerationPlan
 
 log = logging.getLogger(__name__)
 

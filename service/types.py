@@ -12,8 +12,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from runtime_ext.formats import ToolFormat
-from runtime_ext.formats import ReasoningFormat
+from runtime_ext.formats import ReasoningFormat, ToolFormat
 from service.protocol.openai import DeltaToolCall, SchemaValidation, ToolCall
 
 Role = Literal["system", "user", "assistant", "tool"]

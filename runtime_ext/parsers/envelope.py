@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from runtime_ext.parsers.core import Core, Malformed, Step, Truncated
-from runtime_ext.parsers.jsonscan import compact, read_string, scan_container, strict_loads, stream_value
+from runtime_ext.parsers.jsonscan import compact, read_string, scan_container, stream_value, strict_loads
 
 
 def _expect(core: Core, ch: str) -> Step[bool]:

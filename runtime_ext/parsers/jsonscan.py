@@ -196,7 +196,7 @@ def read_string(core: Core) -> Step[str | None]:
                 escaped = True
             elif ch == '"':
                 try:
-                    value = json.loads(text[core.pos : end])
+                    value: str = json.loads(text[core.pos : end])
                 except ValueError:
                     return None
                 core.pos = end

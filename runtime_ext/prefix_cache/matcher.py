@@ -69,7 +69,7 @@ class PageRadix:
 
     @classmethod
     def simulate(cls, page_size: int, combine_blocks: int, sequences: Sequence[Sequence[int]],
-                 namespace: Hashable = None, **kwargs) -> "PageRadix":
+                 namespace: Hashable = None, **kwargs: bool) -> "PageRadix":
         """A tree holding ``sequences`` with fresh page ids 0, 1, 2, … in insertion order (for tests)."""
         tree, ids = cls(page_size, combine_blocks, **kwargs), itertools.count()
         for seq in sequences:

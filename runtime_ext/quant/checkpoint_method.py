@@ -23,7 +23,12 @@ from runtime_ext.ops.kv_ref import pack_int4
 from runtime_ext.quant import modelslim
 from runtime_ext.quant.policy import QuantPolicy, shards
 from runtime_ext.quant.sglang_methods import (
-    ConfigBase, KeptLinearMethod, StructserveLinearMethod, _stored_bytes, add_method)
+    ConfigBase,
+    KeptLinearMethod,
+    StructserveLinearMethod,
+    _stored_bytes,
+    add_method,
+)
 from runtime_ext.state import QuantStats
 
 NAME = "structserve_modelslim"

@@ -103,7 +103,7 @@ class ChoiceOutput:
             ToolCall(id=c.id, function=FunctionCall(name=c.name, arguments="".join(c.arguments)))
             for _, c in sorted(self.calls.items())
         ]
-        if self.parser is None:
+        if self.parser is None or self.tools is None:  # a parser exists exactly when tools do
             return ChoiceResult(text, None, finish_reason, validate_output(text, self.constraint, finish_reason))
         complete = len(self.parser.result().calls)
         validation = validate_calls(calls, complete, self.tools.schema_of, finish_reason)

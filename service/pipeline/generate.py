@@ -14,7 +14,7 @@ and no SGLang internals are patched.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import replace
 
 from service.types import EngineClient, EngineDelta, GenerationPlan, Piece, ReasoningPlan
@@ -31,7 +31,7 @@ async def collect_choice(engine: EngineClient, plan: GenerationPlan, rid: str) -
     yield Piece("answer", EngineDelta(o.text, o.completion_tokens, o.prompt_tokens, o.cached_tokens, o.finish_reason))
 
 
-async def stream_choice(engine: EngineClient, plan: GenerationPlan, rid: str) -> AsyncIterator[Piece]:
+async def stream_choice(engine: EngineClient, plan: GenerationPlan, rid: str) -> AsyncGenerator[Piece, None]:
     """The increments of one choice; plain plans are one answer phase."""
     if plan.reasoning is None:
         async for delta in _closing(engine.stream(plan, rid)):

@@ -17,13 +17,13 @@ def build_prompt(req: ValidatedRequest, template: ChatTemplate) -> PromptIds:
     on) or empty (thinking off) reasoning block of the model's reasoning format."""
     r = req.reasoning
     suffix = r.setup.fmt.prompt_suffix(r.thinking) if r is not None and r.setup is not None else ""
-    kw = {"suffix": suffix, "kwargs": req.template_kwargs}
+    kw = req.template_kwargs
     if req.tools is None:
-        ids = template.render(req.messages, **kw)
+        ids = template.render(req.messages, suffix=suffix, kwargs=kw)
     elif template.renders_tools:
-        ids = template.render(req.messages, req.tools.tools, **kw)
+        ids = template.render(req.messages, req.tools.tools, suffix=suffix, kwargs=kw)
     else:
-        ids = template.render(inline_tools(req.messages, req.tools, req.tools.format), **kw)
+        ids = template.render(inline_tools(req.messages, req.tools, req.tools.format), suffix=suffix, kwargs=kw)
     if not ids:
         raise InvalidRequestError("the rendered prompt is empty", param="messages")
     return PromptIds(tuple(ids))

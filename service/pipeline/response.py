@@ -48,11 +48,15 @@ class ChunkFactory:
     """Builds the chunks of one streamed completion (same id/created/model on each)."""
 
     def __init__(self, rid: str, created: int, model: str):
-        self._head = {"id": rid, "created": created, "model": model}
+        self._rid, self._created, self._model = rid, created, model
+
+    def _chunk(self, choices: list[ChunkChoice], usage: Usage | None = None) -> ChatCompletionChunk:
+        return ChatCompletionChunk(id=self._rid, created=self._created, model=self._model, choices=choices,
+                                   usage=usage)
 
     def role(self, index: int) -> ChatCompletionChunk:
         delta = Delta(role="assistant", content="")
-        return ChatCompletionChunk(**self._head, choices=[ChunkChoice(index=index, delta=delta)])
+        return self._chunk([ChunkChoice(index=index, delta=delta)])
 
     def event(self, index: int, event: ChoiceEvent) -> ChatCompletionChunk | None:
         """The chunk for what a choice produced (None when it produced nothing yet)."""
@@ -61,11 +65,11 @@ class ChunkFactory:
         reasoning = event.reasoning or None
         delta = Delta(content=event.content or None, tool_calls=list(event.tool_calls) or None,
                       reasoning_content=reasoning, reasoning=reasoning)
-        return ChatCompletionChunk(**self._head, choices=[ChunkChoice(index=index, delta=delta)])
+        return self._chunk([ChunkChoice(index=index, delta=delta)])
 
     def finish(self, index: int, reason: str, validation: SchemaValidation | None = None) -> ChatCompletionChunk:
         choice = ChunkChoice(index=index, delta=Delta(), finish_reason=reason, schema_validation=validation)
-        return ChatCompletionChunk(**self._head, choices=[choice])
+        return self._chunk([choice])
 
     def usage(self, usage: Usage) -> ChatCompletionChunk:
-        return ChatCompletionChunk(**self._head, choices=[], usage=usage)
+        return self._chunk([], usage)

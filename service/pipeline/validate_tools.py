@@ -11,7 +11,7 @@ import json
 
 from runtime_ext.formats import ToolFormat
 from service.errors import InvalidRequestError, UnsupportedParameterError
-from service.protocol.openai import ChatCompletionRequest, ChatMessage, NamedToolChoice
+from service.protocol.openai import ChatCompletionRequest, ChatMessage, FunctionDef, NamedToolChoice, ToolChoice
 from service.types import ToolCallRecord, ToolDef, ToolMode, ToolRequest
 
 
@@ -37,7 +37,7 @@ def validate_tools(req: ChatCompletionRequest, fmt: ToolFormat | None) -> ToolRe
     return ToolRequest(tools=tools, mode=mode, allowed=allowed, parallel=parallel, format=_require_format(fmt))
 
 
-def _tool(index: int, function) -> ToolDef:
+def _tool(index: int, function: FunctionDef) -> ToolDef:
     params = function.parameters
     if params is not None and params.get("type", "object") != "object":
         raise InvalidRequestError(
@@ -48,7 +48,7 @@ def _tool(index: int, function) -> ToolDef:
     return ToolDef(function.name, function.description, params, bool(function.strict))
 
 
-def _choice(choice, names: list[str]) -> tuple[ToolMode, tuple[str, ...]]:
+def _choice(choice: ToolChoice | None, names: list[str]) -> tuple[ToolMode, tuple[str, ...]]:
     if choice is None or isinstance(choice, str):
         return choice or "auto", tuple(names)
     if isinstance(choice, NamedToolChoice):

@@ -16,13 +16,12 @@ import json
 from typing import Any
 
 import pytest
+import transformers  # noqa: E402
+import xgrammar as xgr  # noqa: E402 -- pinned: a missing one is a failure, not a skip
 
 from assets import default_cache_dir
 from grammars.tool_calls import CALL_WHITESPACE_LIMIT, ToolSpec, tool_call_constraint
 from runtime_ext.formats import get_format, render_calls
-
-import xgrammar as xgr  # noqa: E402 -- pinned: a missing one is a failure, not a skip
-import transformers  # noqa: E402
 
 FORMATS = ["qwen", "generic", "llama3", "mistral", "deepseek_v3", "pythonic"]
 MODELS = ["qwen3-tiny", "smollm2-135m-instruct"]

@@ -15,15 +15,14 @@ from typing import Any
 
 import numpy as np
 import pytest
+import transformers  # noqa: E402
+import xgrammar as xgr  # noqa: E402 -- pinned: a missing one is a failure, not a skip
 from jsonschema import Draft202012Validator
 
 from assets import default_cache_dir
 from grammars.tool_calls import ToolSpec, tool_call_constraint
 from runtime_ext.formats import get_format, render_calls
 from runtime_ext.parsers import parse
-
-import xgrammar as xgr  # noqa: E402 -- pinned: a missing one is a failure, not a skip
-import transformers  # noqa: E402
 
 TOKENIZER_DIR = default_cache_dir() / "models" / "qwen3-tiny"
 RICH = ToolSpec("book.trip", {

@@ -11,6 +11,8 @@ import json
 from typing import Any
 
 import pytest
+import transformers  # noqa: E402
+import xgrammar as xgr  # noqa: E402 -- pinned: a missing one is a failure, not a skip
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -18,9 +20,6 @@ from assets import default_cache_dir
 from grammars.tool_calls import ToolSpec, tool_call_constraint
 from runtime_ext.formats import get_format, render_calls
 from runtime_ext.parsers import parse
-
-import xgrammar as xgr  # noqa: E402 -- pinned: a missing one is a failure, not a skip
-import transformers  # noqa: E402
 
 TOKENIZER_DIR = default_cache_dir() / "models" / "qwen3-tiny"
 FORMATS = ["qwen", "generic", "llama3", "mistral", "deepseek_v3"]

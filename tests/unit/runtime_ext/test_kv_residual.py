@@ -83,8 +83,8 @@ def test_a_full_side_buffer_drops_residuals_and_counts_them():
 def residual_method(tmp_path, monkeypatch):
     """The real ``c8_static_residual`` method with one layer's pool of 16 tokens, calibrated to
     ``SCALE`` (range ±1) with τ = 0.05."""
-    from runtime_ext.kv_cache.methods import C8StaticResidualKVCacheMethod
     from runtime_ext.config import RuntimeExtConfig
+    from runtime_ext.kv_cache.methods import C8StaticResidualKVCacheMethod
 
     scale = SCALE.tolist()
     calib = Calibration(model="test", layers=1, kv_heads=H, head_dim=D, k_scale=[scale], v_scale=[scale], tau=0.05,

@@ -8,8 +8,7 @@ import pytest
 
 from grammars.errors import UnsupportedKeywordError
 from grammars.pythonic import PythonicSchemaError
-from runtime_ext.formats import get_format, render_calls, select_format
-from runtime_ext.formats import ToolFormatSelectionError
+from runtime_ext.formats import ToolFormatSelectionError, get_format, render_calls, select_format
 from runtime_ext.formats.spec import UnknownFormatError
 from service.errors import InvalidRequestError
 from service.pipeline.choice import ChoiceOutput
