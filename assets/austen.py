@@ -70,10 +70,7 @@ class _Reader:
 
     def take(self, n: int) -> bytes:
         if n < 0 or self.pos + n > len(self.blob):
-            raise ConversionError(
-                f"R data truncated: need {n} bytes at offset {self.pos}, "
-                f"blob has {len(self.blob)}"
-            )
+            raise ConversionError(f"R data truncated: need {n} bytes at offset {self.pos}, blob has {len(self.blob)}")
         chunk = self.blob[self.pos : self.pos + n]
         self.pos += n
         return chunk
@@ -112,8 +109,7 @@ class _Reader:
             attributes = dict(self.item()) if flags & _HAS_ATTR else {}
             return RVector(items, attributes)
         raise ConversionError(
-            f"unsupported R SEXP type {kind} at offset {at} "
-            "(only NULL, symbols, pairlists and basic vectors are read)"
+            f"unsupported R SEXP type {kind} at offset {at} (only NULL, symbols, pairlists and basic vectors are read)"
         )
 
     def pairlist(self, flags: int) -> list[tuple[str | None, Any]]:
@@ -128,9 +124,7 @@ class _Reader:
             if flags & 0xFF == NILVALUE_SXP:
                 return cells
             if flags & 0xFF != LISTSXP:
-                raise ConversionError(
-                    f"pairlist continues with SEXP type {flags & 0xFF} " f"at offset {self.pos - 4}"
-                )
+                raise ConversionError(f"pairlist continues with SEXP type {flags & 0xFF} at offset {self.pos - 4}")
 
     def charsxp(self, flags: int) -> str | None:
         """A CHARSXP: length -1 is NA_STRING (→ None); latin-1 if so flagged, else UTF-8."""
@@ -216,9 +210,7 @@ def read_dataset(rdb_bytes: bytes, offset: int, length: int) -> Any:
     except zlib.error as exc:
         raise ConversionError(f"lazy-load record at {offset}: bad zlib stream ({exc})") from exc
     if len(blob) != size:
-        raise ConversionError(
-            f"lazy-load record at {offset}: {len(blob)} bytes, header says {size}"
-        )
+        raise ConversionError(f"lazy-load record at {offset}: {len(blob)} bytes, header says {size}")
     return parse_xdr(blob)
 
 

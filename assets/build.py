@@ -121,9 +121,7 @@ def ensure_qwen3_tiny(cache_dir: Path) -> Path:
         return out
     tokenizer = ensure_qwen3_tokenizer(cache_dir)
     log.info("building tiny Qwen3 (seed %d) → %s", QWEN3_TINY_SEED, out)
-    return convert.build_tiny_qwen3(
-        tokenizer, out, QWEN3_TINY_SEED, source_sha256=_QWEN3_TOKENIZER_JSON.sha256
-    )
+    return convert.build_tiny_qwen3(tokenizer, out, QWEN3_TINY_SEED, source_sha256=_QWEN3_TOKENIZER_JSON.sha256)
 
 
 def ensure_austen(cache_dir: Path) -> Path:
@@ -147,8 +145,7 @@ def is_cached(name: str, cache_dir: Path) -> bool:
         return is_complete(smollm2_dir(cache_dir), _GGUF.sha256)
     if name == "qwen3-tiny":
         return is_complete(qwen3_tiny_dir(cache_dir), _QWEN3_TOKENIZER_JSON.sha256) and all(
-            is_stamped(member_path(QWEN3_TOKENIZER_NPM, m, cache_dir), m.sha256)
-            for m in QWEN3_TOKENIZER_NPM.members
+            is_stamped(member_path(QWEN3_TOKENIZER_NPM, m, cache_dir), m.sha256) for m in QWEN3_TOKENIZER_NPM.members
         )
     if name == "austen":
         return is_complete(austen.austen_dir(cache_dir), _RDB.sha256)
@@ -206,12 +203,25 @@ def _ensure_sdist(cache_dir: Path) -> Path:
             log.warning("cached %s failed verification, fetching it again", target.name)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-sdist-", dir=target.parent))
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-           "--disable-pip-version-check", "--no-input", "-d", str(tmp), JSONSCHEMA_SDIST.spec]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--no-binary",
+        ":all:",
+        "--disable-pip-version-check",
+        "--no-input",
+        "-d",
+        str(tmp),
+        JSONSCHEMA_SDIST.spec,
+    ]
     try:
         try:
-            done = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True,
-                                  text=True, timeout=CLIENT_TIMEOUT_S, check=False)
+            done = subprocess.run(
+                cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S, check=False
+            )
         except subprocess.TimeoutExpired:
             raise RegistryUnreachableError("pypi", cmd, "timed out", _PYPI_HINT) from None
         if done.returncode != 0:

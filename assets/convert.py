@@ -68,16 +68,18 @@ def convert_smollm2(gguf_path: Path, out_dir: Path, *, source_sha256: str | None
     return _convert_gguf(gguf_path, out_dir, "smollm2", source_sha256)
 
 
-def convert_qwen25_coder(
-    gguf_path: Path, out_dir: Path, *, source_sha256: str | None = None
-) -> Path:
+def convert_qwen25_coder(gguf_path: Path, out_dir: Path, *, source_sha256: str | None = None) -> Path:
     """Dequantize the Qwen2.5-Coder-0.5B-Instruct GGUF (qwen2, Q4_K_M) into a bf16 HF
     checkpoint whose ``generation_config.json`` ends on both Qwen2.5 stop tokens
     (``QWEN25_GENERATION_CONFIG``, as Hugging Face publishes it) and whose tokenizer
     ends turns with ``<|im_end|>`` and keeps the tools chat template (checked)."""
     return _convert_gguf(
-        gguf_path, out_dir, "qwen2.5-coder", source_sha256,
-        generation=QWEN25_GENERATION_CONFIG, check_tokenizer=check_qwen25_tokenizer,
+        gguf_path,
+        out_dir,
+        "qwen2.5-coder",
+        source_sha256,
+        generation=QWEN25_GENERATION_CONFIG,
+        check_tokenizer=check_qwen25_tokenizer,
     )
 
 
@@ -164,9 +166,7 @@ def _bf16_model_from_gguf(gguf_path: Path) -> torch.nn.Module:
     if hasattr(config, "quantization_config"):
         del config.quantization_config
     model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
-    loaded = load_gguf_checkpoint(
-        str(gguf_path), return_tensors=True, model_to_load=model, torch_dtype=torch.bfloat16
-    )
+    loaded = load_gguf_checkpoint(str(gguf_path), return_tensors=True, model_to_load=model, torch_dtype=torch.bfloat16)
     _load_strict(model, loaded["tensors"], source=gguf_path)
     model.eval()
     return model
@@ -184,8 +184,7 @@ def _load_strict(model: torch.nn.Module, tensors: dict[str, Any], *, source: Pat
     missing = set(result.missing_keys) - allowed_missing
     if missing or result.unexpected_keys:
         raise ConversionError(
-            f"{source}: missing tensors {sorted(missing)[:8]}, "
-            f"unexpected tensors {sorted(result.unexpected_keys)[:8]}"
+            f"{source}: missing tensors {sorted(missing)[:8]}, unexpected tensors {sorted(result.unexpected_keys)[:8]}"
         )
     if tied:
         model.tie_weights()
@@ -194,9 +193,7 @@ def _load_strict(model: torch.nn.Module, tensors: dict[str, Any], *, source: Pat
             raise ConversionError(f"{source}: lm_head could not be tied to the embeddings")
 
 
-def build_tiny_qwen3(
-    tokenizer_dir: Path, out_dir: Path, seed: int = 0, *, source_sha256: str | None = None
-) -> Path:
+def build_tiny_qwen3(tokenizer_dir: Path, out_dir: Path, seed: int = 0, *, source_sha256: str | None = None) -> Path:
     """Build the seeded random-weight tiny Qwen3 (``TINY_QWEN3_CONFIG``) with the real
     Qwen3 tokenizer files copied verbatim (official chat template included).
 

@@ -158,8 +158,13 @@ def _fetch(artifact: Artifact, dest_dir: Path) -> None:
         if artifact.registry != "debian" or os.geteuid() != 0:
             raise
         log.info("apt-get download failed; running `apt-get update` once and retrying")
-        subprocess.run(["apt-get", "update", "-qq"], stdin=subprocess.DEVNULL, capture_output=True,
-                       timeout=CLIENT_TIMEOUT_S, check=False)
+        subprocess.run(
+            ["apt-get", "update", "-qq"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=CLIENT_TIMEOUT_S,
+            check=False,
+        )
         _run_client(artifact, dest_dir)
 
 
@@ -174,9 +179,7 @@ def _run_client(artifact: Artifact, dest_dir: Path) -> None:
         tqdm(total=artifact.size, unit="B", unit_scale=True, desc=desc, leave=False) as bar,
     ):
         try:
-            proc = subprocess.Popen(
-                cmd, cwd=dest_dir, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err
-            )
+            proc = subprocess.Popen(cmd, cwd=dest_dir, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
         except OSError as exc:  # client not installed
             raise _client_error(artifact, cmd, str(exc)) from exc
         code = _wait_with_progress(proc, dest_dir, bar)

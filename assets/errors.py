@@ -53,8 +53,7 @@ class RegistryUnreachableError(AssetError):
         self.stderr_tail = stderr_tail
         shown = " ".join(self.command)
         super().__init__(
-            f"{registry} download failed: `{shown}`\n--- stderr (tail) ---\n{stderr_tail}\n"
-            f"--- what to do ---\n{hint}"
+            f"{registry} download failed: `{shown}`\n--- stderr (tail) ---\n{stderr_tail}\n--- what to do ---\n{hint}"
         )
 
 

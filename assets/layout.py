@@ -49,9 +49,7 @@ def text_dir(cache_dir: Path) -> Path:
 def write_marker(out_dir: Path, asset: str, source_sha256: str) -> None:
     """Write the completion marker into ``out_dir`` (call last, before the rename)."""
     record = {"asset": asset, "format_version": FORMAT_VERSION, "source_sha256": source_sha256}
-    (out_dir / MARKER_NAME).write_text(
-        json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8"
-    )
+    (out_dir / MARKER_NAME).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def read_marker(out_dir: Path) -> dict[str, object] | None:

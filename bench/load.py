@@ -26,13 +26,24 @@ from rich.table import Table
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-QUESTIONS = ["What is the capital of France?", "Name three colours.", "Write a haiku about rain.",
-             "Explain what a cache is.", "Count from one to ten.", "Why is the sky blue?"]
+QUESTIONS = [
+    "What is the capital of France?",
+    "Name three colours.",
+    "Write a haiku about rain.",
+    "Explain what a cache is.",
+    "Count from one to ten.",
+    "Why is the sky blue?",
+]
 
 
 async def one(client: httpx.AsyncClient, url: str, model: str, rng: random.Random, hang_up: bool) -> dict:
-    body = {"model": model, "stream": True, "max_tokens": rng.randrange(16, 96), "temperature": 0.7,
-            "messages": [{"role": "user", "content": rng.choice(QUESTIONS)}]}
+    body = {
+        "model": model,
+        "stream": True,
+        "max_tokens": rng.randrange(16, 96),
+        "temperature": 0.7,
+        "messages": [{"role": "user", "content": rng.choice(QUESTIONS)}],
+    }
     start, first, chunks, finish = time.perf_counter(), None, 0, None
     leave_after = rng.randrange(1, 5)
     async with client.stream("POST", url, json=body) as resp:
@@ -71,15 +82,34 @@ def pct(values: list[float], q: float) -> float:
 def report(results: list[dict], elapsed: float, census: dict, kv_after: int, args: argparse.Namespace) -> bool:
     done = [r for r in results if r["outcome"] == "done"]
     failed = [r for r in results if r["outcome"] == "failed"]
-    table = Table(title=f"{args.clients} streaming clients for {args.duration:.0f} s on {args.model}, "
-                        f"{args.disconnect:.0%} hanging up mid-stream")
-    for col in ("completed", "cut by client", "failed", "TTFT p50 (s)", "TTFT p99 (s)", "e2e p50 (s)",
-                "e2e p99 (s)", "chunks/s", "KV after (tokens)"):
+    table = Table(
+        title=f"{args.clients} streaming clients for {args.duration:.0f} s on {args.model}, "
+        f"{args.disconnect:.0%} hanging up mid-stream"
+    )
+    for col in (
+        "completed",
+        "cut by client",
+        "failed",
+        "TTFT p50 (s)",
+        "TTFT p99 (s)",
+        "e2e p50 (s)",
+        "e2e p99 (s)",
+        "chunks/s",
+        "KV after (tokens)",
+    ):
         table.add_column(col, justify="right")
     ttft, e2e = [r["ttft"] for r in done], [r["e2e"] for r in done]
-    table.add_row(str(len(done)), str(sum(r["outcome"] == "cut" for r in results)), str(len(failed)),
-                  f"{pct(ttft, 50):.2f}", f"{pct(ttft, 99):.2f}", f"{pct(e2e, 50):.2f}", f"{pct(e2e, 99):.2f}",
-                  f"{sum(r['chunks'] for r in done) / elapsed:.1f}", str(kv_after))
+    table.add_row(
+        str(len(done)),
+        str(sum(r["outcome"] == "cut" for r in results)),
+        str(len(failed)),
+        f"{pct(ttft, 50):.2f}",
+        f"{pct(ttft, 99):.2f}",
+        f"{pct(e2e, 50):.2f}",
+        f"{pct(e2e, 99):.2f}",
+        f"{sum(r['chunks'] for r in done) / elapsed:.1f}",
+        str(kv_after),
+    )
     Console(width=180).print(table)
     print("pool census after:", census)
     for r in failed[:5]:
@@ -91,8 +121,9 @@ def report(results: list[dict], elapsed: float, census: dict, kv_after: int, arg
 async def drive(args: argparse.Namespace, server) -> tuple[list[dict], float]:
     url, until, out = f"{server.base_url}/v1/chat/completions", time.monotonic() + args.duration, []
     start = time.perf_counter()
-    await asyncio.gather(*(client_loop(i, url, server.model_name, until, args.disconnect, out)
-                           for i in range(args.clients)))
+    await asyncio.gather(
+        *(client_loop(i, url, server.model_name, until, args.disconnect, out) for i in range(args.clients))
+    )
     return out, time.perf_counter() - start
 
 
@@ -108,8 +139,14 @@ def main() -> int:
     from tests.server import ServerProcess
 
     model = getattr(fetch([args.model]), args.model.replace("-", "_"))
-    server = ServerProcess(model, "load", env={"STRUCTSERVE_ENGINE__MAX_RUNNING_REQUESTS": str(args.clients),
-                                               "STRUCTSERVE_ENGINE__MAX_TOTAL_TOKENS": "32768"})
+    server = ServerProcess(
+        model,
+        "load",
+        env={
+            "STRUCTSERVE_ENGINE__MAX_RUNNING_REQUESTS": str(args.clients),
+            "STRUCTSERVE_ENGINE__MAX_TOTAL_TOKENS": "32768",
+        },
+    )
     server.start()
     try:
         baseline = kv_used(server)

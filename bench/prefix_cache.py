@@ -39,8 +39,10 @@ def prompts(model: Path, prefix_tokens: int, n: int) -> tuple[list[int], list[li
 
     tok = AutoTokenizer.from_pretrained(str(model))
     shared = tok.encode(eval_text()[: prefix_tokens * 8], add_special_tokens=False)[:prefix_tokens]
-    questions = [tok.encode(f"\nQuestion {i}: who wrote this, and why does {w} matter?", add_special_tokens=False)
-                 for i, w in enumerate(["Anne", "Bath", "the navy", "Lyme", "Kellynch", "the letter"] * n)][:n]
+    questions = [
+        tok.encode(f"\nQuestion {i}: who wrote this, and why does {w} matter?", add_special_tokens=False)
+        for i, w in enumerate(["Anne", "Bath", "the navy", "Lyme", "Kellynch", "the letter"] * n)
+    ][:n]
     return shared, questions
 
 
@@ -59,8 +61,11 @@ def run(model: Path, impl: str, shared: list[int], questions: list[list[int]]) -
     replace(RuntimeExtConfig.from_env(), attention=impl).export()  # read by the plugin in the scheduler process
     import sglang
 
-    engine = sglang.Engine(**EngineOptions(model_path=model, dtype="bfloat16",
-                                           engine=EngineSettings(max_total_tokens=16384)).engine_kwargs())
+    engine = sglang.Engine(
+        **EngineOptions(
+            model_path=model, dtype="bfloat16", engine=EngineSettings(max_total_tokens=16384)
+        ).engine_kwargs()
+    )
     try:
         ttft(engine, shared[:64])  # warm-up
         miss, hit = [], []
@@ -83,8 +88,9 @@ def main() -> None:
     model = fetch(["smollm2", "austen"]).smollm2
     shared, questions = prompts(model, args.prefix, args.rounds)
     results = {impl: run(model, impl, shared, questions) for impl in IMPLS}
-    table = Table(title=f"TTFT, {model.name}: {len(shared)}-token shared prefix + a short question "
-                        f"(median of {args.rounds})")
+    table = Table(
+        title=f"TTFT, {model.name}: {len(shared)}-token shared prefix + a short question (median of {args.rounds})"
+    )
     for col in ("attention", "miss (s)", "hit (s)", "hit speed-up"):
         table.add_column(col, justify="right")
     for impl, r in results.items():

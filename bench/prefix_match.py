@@ -46,8 +46,9 @@ def build(cls, stored, **kwargs):
     from sglang.srt.mem_cache.cache_init_params import CacheInitParams
     from sglang.srt.mem_cache.radix_cache import RadixKey
 
-    cache = cls(CacheInitParams(disable=False, req_to_token_pool=None, token_to_kv_pool_allocator=None,
-                                page_size=P), **kwargs)
+    cache = cls(
+        CacheInitParams(disable=False, req_to_token_pool=None, token_to_kv_pool_allocator=None, page_size=P), **kwargs
+    )
     next_id = 0
     for seq in stored:
         n = len(seq) // P * P
@@ -108,8 +109,10 @@ def main() -> None:
         rows[f"combined C={c}"] = build(CombinedRadixCache, stored, combine_blocks=c)
     timed = {name: time_matches(cache, queries, args.rounds) for name, cache in rows.items()}
     base = timed["sglang RadixCache"][0]
-    table = Table(title=f"match_prefix, 16-token pages: {len(queries)} queries, unit-aligned hits "
-                        f"(median of {args.rounds} rounds)")
+    table = Table(
+        title=f"match_prefix, 16-token pages: {len(queries)} queries, unit-aligned hits "
+        f"(median of {args.rounds} rounds)"
+    )
     for col in ("cache", "µs per match", "vs SGLang", "hit tokens"):
         table.add_column(col, justify="right")
     for name, (per, hits) in timed.items():

@@ -30,8 +30,13 @@ from rich.table import Table
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-CACHES = (("off", "off", 1), ("sglang", "sglang", 1), ("combined C=1", "combined", 1),
-          ("combined C=4", "combined", 4), ("combined C=8", "combined", 8))
+CACHES = (
+    ("off", "off", 1),
+    ("sglang", "sglang", 1),
+    ("combined C=1", "combined", 1),
+    ("combined C=4", "combined", 4),
+    ("combined C=8", "combined", 8),
+)
 ANSWER = 60
 
 
@@ -45,13 +50,13 @@ def workloads(model: Path) -> dict[str, list[tuple[bool, list[int]]]]:
     words = tok.encode(eval_text()[:40000], add_special_tokens=False)
     question = lambda i: tok.encode(f"\nQuestion {i}: what happens next, and why?\n", add_special_tokens=False)  # noqa: E731
     shared = [(i > 0, words[:1000] + question(i)) for i in range(16)]
-    chats, multi = [words[2000 + 400 * c: 2300 + 400 * c] for c in range(4)], []
+    chats, multi = [words[2000 + 400 * c : 2300 + 400 * c] for c in range(4)], []
     for turn in range(6):
         for c in range(4):
             chats[c] = chats[c] + question(10 * c + turn)
             multi.append((turn > 0, list(chats[c])))
             start = 5000 + 500 * c + ANSWER * turn
-            chats[c] = chats[c] + words[start:start + ANSWER]  # the "answer" joins the history
+            chats[c] = chats[c] + words[start : start + ANSWER]  # the "answer" joins the history
     return {"shared": shared, "multi-turn": multi}
 
 
@@ -65,8 +70,11 @@ def serve(model: Path, backend: str, combine: int, requests: list[tuple[bool, li
     replace(RuntimeExtConfig.from_env(), combine_blocks=combine).export()  # read by the scheduler it spawns
     import sglang
 
-    engine = sglang.Engine(**EngineOptions(model_path=model, dtype="bfloat16", engine=EngineSettings(max_total_tokens=16384),
-                                           prefix_cache=backend).engine_kwargs())
+    engine = sglang.Engine(
+        **EngineOptions(
+            model_path=model, dtype="bfloat16", engine=EngineSettings(max_total_tokens=16384), prefix_cache=backend
+        ).engine_kwargs()
+    )
     try:
         engine.generate(input_ids=[[1, 2, 3]], sampling_params={"max_new_tokens": 1})  # warm-up
         cached = prompt = 0
@@ -79,8 +87,12 @@ def serve(model: Path, backend: str, combine: int, requests: list[tuple[bool, li
             if may_hit:
                 later.append(elapsed)
         report = engine.get_server_info()["internal_states"][0][INTERNAL_STATE_KEY]["prefix_cache"]
-        return {"hit_rate": cached / prompt, "p50": statistics.median(later), "total": sum(later),
-                "abandoned": report.get("abandoned_pages", 0) if backend == "combined" else 0}
+        return {
+            "hit_rate": cached / prompt,
+            "p50": statistics.median(later),
+            "total": sum(later),
+            "abandoned": report.get("abandoned_pages", 0) if backend == "combined" else 0,
+        }
     finally:
         engine.shutdown()
 
@@ -95,15 +107,25 @@ def main() -> None:
 
     model = fetch(["smollm2", "austen"]).smollm2
     loads = workloads(model)
-    runs = [(w, label, serve(model, backend, combine, reqs)) for w, reqs in loads.items()
-            for label, backend, combine in track(CACHES, description=f"caches ({w})")]
+    runs = [
+        (w, label, serve(model, backend, combine, reqs))
+        for w, reqs in loads.items()
+        for label, backend, combine in track(CACHES, description=f"caches ({w})")
+    ]
     table = Table(title=f"Prefix caches on {model.name} (bf16, 16-token pages); TTFT over requests that can hit")
     for col in ("workload", "cache", "hit rate", "TTFT p50 (s)", "TTFT total (s)", "vs off", "abandoned pages"):
         table.add_column(col, justify="right")
     for w, label, r in runs:
         off = next(x for ww, ll, x in runs if ww == w and ll == "off")
-        table.add_row(w, label, f"{r['hit_rate']:.1%}", f"{r['p50']:.3f}", f"{r['total']:.2f}",
-                      f"{off['total'] / r['total']:.1f}×", str(r["abandoned"]))
+        table.add_row(
+            w,
+            label,
+            f"{r['hit_rate']:.1%}",
+            f"{r['p50']:.3f}",
+            f"{r['total']:.2f}",
+            f"{off['total'] / r['total']:.1f}×",
+            str(r["abandoned"]),
+        )
     pages = Table(title="Memory in partly filled last pages (prompt + 60-token answer)")
     for col in ("workload", "page 1", "page 16", "page 64"):
         pages.add_column(col, justify="right")

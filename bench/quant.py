@@ -73,17 +73,26 @@ def run_row(model: Path, scheme: str | None, policy: dict, windows: list[list[in
     prepare_process_env("cpu")
     import sglang
 
-    quant = QuantPolicy.from_json(json.dumps({"scheme": scheme or "w8a8_dynamic", "group_size": 128,
-                                              "stage_aware": False, "keep": [], **policy}))
+    quant = QuantPolicy.from_json(
+        json.dumps({"scheme": scheme or "w8a8_dynamic", "group_size": 128, "stage_aware": False, "keep": [], **policy})
+    )
     replace(RuntimeExtConfig.from_env(), quant_policy=quant).export()
-    options = EngineOptions(model_path=model, dtype="bfloat16", engine=EngineSettings(max_total_tokens=16384),
-                            quantization=f"structserve_{scheme}" if scheme else None)
+    options = EngineOptions(
+        model_path=model,
+        dtype="bfloat16",
+        engine=EngineSettings(max_total_tokens=16384),
+        quantization=f"structserve_{scheme}" if scheme else None,
+    )
     engine = sglang.Engine(**options.engine_kwargs())
     try:
         logprobs, start = [], time.perf_counter()
         for ids in tqdm(windows, desc=f"{scheme or 'bf16'} perplexity"):
-            out = engine.generate(input_ids=[ids], sampling_params={"max_new_tokens": 1, "temperature": 0},
-                                  return_logprob=True, logprob_start_len=0)[0]
+            out = engine.generate(
+                input_ids=[ids],
+                sampling_params={"max_new_tokens": 1, "temperature": 0},
+                return_logprob=True,
+                logprob_start_len=0,
+            )[0]
             logprobs += [lp[0] for lp in out["meta_info"]["input_token_logprobs"] if lp[0] is not None]
         prefill = sum(len(w) for w in windows) / (time.perf_counter() - start)
         params = {"max_new_tokens": 64, "ignore_eos": True, "temperature": 0}
@@ -107,7 +116,7 @@ def held_out(model: Path, n: int, size: int) -> list[list[int]]:
     from assets import eval_text
 
     ids = AutoTokenizer.from_pretrained(str(model)).encode(eval_text()[: n * size * 8], add_special_tokens=False)
-    return [ids[i * size:(i + 1) * size] for i in range(n)]
+    return [ids[i * size : (i + 1) * size] for i in range(n)]
 
 
 def main() -> None:
@@ -130,17 +139,35 @@ def main() -> None:
 def print_table(model: Path, args: argparse.Namespace, results: dict, kept: int) -> None:
     ref = results["bf16"]
     ppl0 = math.exp(-sum(ref["logprobs"]) / len(ref["logprobs"]))
-    table = Table(title=f"Quantized linear layers vs bf16: {model.name}, {args.windows}×{args.window} tokens of "
-                        f"Persuasion (fallback keeps {kept} of 210 linear layers)")
-    for col in ("weights", "linear bytes vs bf16", "perplexity", "Δ ppl", "prefill tok/s", "vs bf16",
-                "decode tok/s (bs 8)", "vs bf16"):
+    table = Table(
+        title=f"Quantized linear layers vs bf16: {model.name}, {args.windows}×{args.window} tokens of "
+        f"Persuasion (fallback keeps {kept} of 210 linear layers)"
+    )
+    for col in (
+        "weights",
+        "linear bytes vs bf16",
+        "perplexity",
+        "Δ ppl",
+        "prefill tok/s",
+        "vs bf16",
+        "decode tok/s (bs 8)",
+        "vs bf16",
+    ):
         table.add_column(col, justify="right")
     for name, r in results.items():
         ppl = math.exp(-sum(r["logprobs"]) / len(r["logprobs"]))
         stats = r["stats"]
         ratio = stats["weight_bytes"] / stats["weight_bytes_unquantized"] if stats["weight_bytes_unquantized"] else 1
-        table.add_row(name, f"{ratio:.3f}×", f"{ppl:.3f}", f"{(ppl / ppl0 - 1) * 100:+.2f}%", f"{r['prefill']:.0f}",
-                      f"{r['prefill'] / ref['prefill']:.2f}×", f"{r['decode']:.1f}", f"{r['decode'] / ref['decode']:.2f}×")
+        table.add_row(
+            name,
+            f"{ratio:.3f}×",
+            f"{ppl:.3f}",
+            f"{(ppl / ppl0 - 1) * 100:+.2f}%",
+            f"{r['prefill']:.0f}",
+            f"{r['prefill'] / ref['prefill']:.2f}×",
+            f"{r['decode']:.1f}",
+            f"{r['decode'] / ref['decode']:.2f}×",
+        )
     Console(width=200).print(table)
 
 

@@ -37,8 +37,16 @@ PROMPT = [{"role": "user", "content": "Think it through, then tell me a story ab
 
 
 async def one(client: httpx.AsyncClient, server: ServerProcess, max_tokens: int, budget: int | None, seed: int) -> int:
-    body = {"model": server.model_name, "messages": PROMPT, "max_tokens": max_tokens, "temperature": 1.0,
-            "seed": seed, "stream": True, "stream_options": {"include_usage": True}, "enable_thinking": True}
+    body = {
+        "model": server.model_name,
+        "messages": PROMPT,
+        "max_tokens": max_tokens,
+        "temperature": 1.0,
+        "seed": seed,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "enable_thinking": True,
+    }
     if budget is not None:
         body["max_reasoning_tokens"] = budget
     tokens = 0
@@ -61,8 +69,10 @@ def service_table(model: Path, rounds: int, max_tokens: int, concurrency: list[i
     budget = max_tokens // 2
     server = ServerProcess(model, name="bench-reasoning", env={"STRUCTSERVE_DTYPE": "float32"})
     server.start()
-    table = Table(title=f"thinking on, {max_tokens} max tokens: no budget vs budget {budget} "
-                        f"({model.name}, {rounds} alternating rounds)")
+    table = Table(
+        title=f"thinking on, {max_tokens} max tokens: no budget vs budget {budget} "
+        f"({model.name}, {rounds} alternating rounds)"
+    )
     for col in ("conc", "no budget tok/s", "budget tok/s", "cost", "tokens (no budget / budget)"):
         table.add_column(col, justify="right")
     try:
@@ -70,13 +80,18 @@ def service_table(model: Path, rounds: int, max_tokens: int, concurrency: list[i
         for conc in concurrency:
             totals = {None: [0, 0.0], budget: [0, 0.0]}
             for r in tqdm(range(rounds), desc=f"service c={conc}"):
-                for b in ((None, budget) if r % 2 == 0 else (budget, None)):
+                for b in (None, budget) if r % 2 == 0 else (budget, None):
                     tokens, wall = asyncio.run(round_(server, conc, max_tokens, b, seed=100 * r))
                     totals[b][0] += tokens
                     totals[b][1] += wall
             free, bounded = (totals[k][0] / totals[k][1] for k in (None, budget))
-            table.add_row(str(conc), f"{free:.1f}", f"{bounded:.1f}", f"{(1 - bounded / free) * 100:+.1f}%",
-                          f"{totals[None][0]} / {totals[budget][0]}")
+            table.add_row(
+                str(conc),
+                f"{free:.1f}",
+                f"{bounded:.1f}",
+                f"{(1 - bounded / free) * 100:+.1f}%",
+                f"{totals[None][0]} / {totals[budget][0]}",
+            )
     finally:
         server.stop()
     return table
@@ -86,15 +101,26 @@ def _engine_rate(model: Path, overlap_off: bool, max_tokens: int, batch: int, ro
     os.environ["SGLANG_USE_CPU_ENGINE"] = "1"
     import sglang
 
-    engine = sglang.Engine(model_path=str(model), device="cpu", dtype="float32", attention_backend="torch_native",
-                           max_total_tokens=16384, page_size=16, log_level="error", sleep_on_idle=True,
-                           disable_overlap_schedule=overlap_off, random_seed=0)
+    engine = sglang.Engine(
+        model_path=str(model),
+        device="cpu",
+        dtype="float32",
+        attention_backend="torch_native",
+        max_total_tokens=16384,
+        page_size=16,
+        log_level="error",
+        sleep_on_idle=True,
+        disable_overlap_schedule=overlap_off,
+        random_seed=0,
+    )
     try:
         params = {"max_new_tokens": max_tokens, "ignore_eos": True, "temperature": 1.0}
         engine.generate(prompt=["warm up"], sampling_params={**params, "max_new_tokens": 4})
         start, tokens = time.perf_counter(), 0
         for r in range(rounds):
-            outs = engine.generate(prompt=[f"story {r}-{i} about the sea" for i in range(batch)], sampling_params=params)
+            outs = engine.generate(
+                prompt=[f"story {r}-{i} about the sea" for i in range(batch)], sampling_params=params
+            )
             tokens += sum(o["meta_info"]["completion_tokens"] for o in outs)
         return tokens / (time.perf_counter() - start)
     finally:
@@ -102,8 +128,10 @@ def _engine_rate(model: Path, overlap_off: bool, max_tokens: int, batch: int, ro
 
 
 def mechanism_table(model: Path, max_tokens: int, concurrency: list[int], rounds: int) -> Table:
-    table = Table(title=f"SGLang overlap scheduler on vs off (a logits-processor budget needs it off), "
-                        f"{model.name}, {max_tokens} tokens, ignore_eos")
+    table = Table(
+        title=f"SGLang overlap scheduler on vs off (a logits-processor budget needs it off), "
+        f"{model.name}, {max_tokens} tokens, ignore_eos"
+    )
     for col in ("batch", "overlap on tok/s", "overlap off tok/s", "cost of off"):
         table.add_column(col, justify="right")
     for batch in concurrency:

@@ -62,16 +62,40 @@ def prompts(n: int) -> list[str]:
     ]
 
 
-def sglang_cmd(model: Path, port: int, engine: dict | None = None,
-               extra: tuple[str, ...] = ("--incremental-streaming-output",)) -> list[str]:
+def sglang_cmd(
+    model: Path, port: int, engine: dict | None = None, extra: tuple[str, ...] = ("--incremental-streaming-output",)
+) -> list[str]:
     """SGLang's own server on the same engine settings as structserve (``engine``: ENGINE)."""
     engine = engine or ENGINE
     return [
-        sys.executable, "-m", "sglang.launch_server", "--model-path", str(model), "--device", "cpu",
-        "--host", "127.0.0.1", "--port", str(port), "--attention-backend", "torch_native",
-        "--max-total-tokens", str(engine["max_total_tokens"]), "--page-size", str(engine["page_size"]),
-        "--max-running-requests", str(engine["max_running_requests"]), "--dtype", engine["dtype"],
-        "--random-seed", "0", "--log-level", "warning", *extra, "--served-model-name", model.name,
+        sys.executable,
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        str(model),
+        "--device",
+        "cpu",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--attention-backend",
+        "torch_native",
+        "--max-total-tokens",
+        str(engine["max_total_tokens"]),
+        "--page-size",
+        str(engine["page_size"]),
+        "--max-running-requests",
+        str(engine["max_running_requests"]),
+        "--dtype",
+        engine["dtype"],
+        "--random-seed",
+        "0",
+        "--log-level",
+        "warning",
+        *extra,
+        "--served-model-name",
+        model.name,
     ]
 
 
@@ -90,8 +114,9 @@ def ours_env() -> dict[str, str]:
 
 
 def start(cmd: list[str], env: dict[str, str], ready_url: str, log: Path) -> subprocess.Popen:
-    proc = subprocess.Popen(cmd, env={**os.environ, "SGLANG_USE_CPU_ENGINE": "1", **env},
-                            stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        cmd, env={**os.environ, "SGLANG_USE_CPU_ENGINE": "1", **env}, stdout=log.open("wb"), stderr=subprocess.STDOUT
+    )
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -116,8 +141,14 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 async def one(client: httpx.AsyncClient, url: str, model: str, prompt: str, max_tokens: int) -> tuple[float, int]:
-    body = {"model": model, "messages": [{"role": "user", "content": prompt}], "temperature": 0,
-            "max_tokens": max_tokens, "stream": True, "stream_options": {"include_usage": True}}
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": prompt}],
+        "temperature": 0,
+        "max_tokens": max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     t0 = time.perf_counter()
     ttft, tokens = None, 0
     async with client.stream("POST", url, json=body) as resp:
@@ -139,6 +170,7 @@ async def run_level(base: str, model: str, texts: list[str], concurrency: int, m
     ttfts, tokens, errors = [], 0, 0
 
     async with httpx.AsyncClient(timeout=600) as client:
+
         async def task(prompt: str) -> None:
             nonlocal tokens, errors
             async with sem:
@@ -150,7 +182,8 @@ async def run_level(base: str, model: str, texts: list[str], concurrency: int, m
                     errors += 1
 
         await asyncio.gather(*(task(p) for p in texts[:2]))  # warm-up, not measured
-        ttfts.clear(); tokens = 0  # noqa: E702
+        ttfts.clear()
+        tokens = 0  # noqa: E702
         t0 = time.perf_counter()
         await asyncio.gather(*(task(p) for p in texts))
         return Result(ttfts, tokens, time.perf_counter() - t0, errors)
@@ -209,16 +242,35 @@ def pooled(results: list[Result]) -> Result:
 
 
 def table(results: dict[str, dict[int, Result]], args: argparse.Namespace) -> Table:
-    t = Table(title=f"serve overhead: {args.model.name}, {args.max_tokens} max tokens, greedy, streamed, "
-                    f"{args.rounds} rounds pooled")
-    for col in ("conc", "reqs", "SGLang TTFT p50/p99 ms", "ours TTFT p50/p99 ms", "TTFT p50 ratio",
-                "SGLang tok/s", "ours tok/s", "tok/s ratio", "errors"):
+    t = Table(
+        title=f"serve overhead: {args.model.name}, {args.max_tokens} max tokens, greedy, streamed, "
+        f"{args.rounds} rounds pooled"
+    )
+    for col in (
+        "conc",
+        "reqs",
+        "SGLang TTFT p50/p99 ms",
+        "ours TTFT p50/p99 ms",
+        "TTFT p50 ratio",
+        "SGLang tok/s",
+        "ours tok/s",
+        "tok/s ratio",
+        "errors",
+    ):
         t.add_column(col, justify="right")
     for c in args.concurrency:
         s, o = results["sglang"][c], results["structserve"][c]
-        t.add_row(str(c), str(len(o.ttfts)), f"{s.pct(0.5):.0f} / {s.pct(0.99):.0f}", f"{o.pct(0.5):.0f} / {o.pct(0.99):.0f}",
-                  f"{o.pct(0.5) / s.pct(0.5):.3f}", f"{s.tok_s:.1f}", f"{o.tok_s:.1f}", f"{o.tok_s / s.tok_s:.3f}",
-                  f"{s.errors}/{o.errors}")
+        t.add_row(
+            str(c),
+            str(len(o.ttfts)),
+            f"{s.pct(0.5):.0f} / {s.pct(0.99):.0f}",
+            f"{o.pct(0.5):.0f} / {o.pct(0.99):.0f}",
+            f"{o.pct(0.5) / s.pct(0.5):.3f}",
+            f"{s.tok_s:.1f}",
+            f"{o.tok_s:.1f}",
+            f"{o.tok_s / s.tok_s:.3f}",
+            f"{s.errors}/{o.errors}",
+        )
     return t
 
 

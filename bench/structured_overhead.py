@@ -34,13 +34,25 @@ from tests.server import ServerProcess  # noqa: E402
 
 DATA = ROOT / "tests" / "data"
 PROMPT = "Write a very long story about a lighthouse keeper and a storm. Do not stop early."
-LONG_STRING = {"type": "object", "properties": {"story": {"type": "string", "minLength": 1500}},
-               "required": ["story"], "additionalProperties": False}
+LONG_STRING = {
+    "type": "object",
+    "properties": {"story": {"type": "string", "minLength": 1500}},
+    "required": ["story"],
+    "additionalProperties": False,
+}
 
 
-async def one_stream(client: httpx.AsyncClient, server: ServerProcess, max_tokens: int, constrained: bool) -> tuple[float, int]:
-    body = {"model": server.model_name, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": max_tokens,
-            "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
+async def one_stream(
+    client: httpx.AsyncClient, server: ServerProcess, max_tokens: int, constrained: bool
+) -> tuple[float, int]:
+    body = {
+        "model": server.model_name,
+        "messages": [{"role": "user", "content": PROMPT}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     if constrained:
         body["response_format"] = {"type": "json_schema", "json_schema": {"name": "story", "schema": LONG_STRING}}
     first = last = None
@@ -59,7 +71,9 @@ async def one_stream(client: httpx.AsyncClient, server: ServerProcess, max_token
     return (last - first) / max(tokens - 1, 1), tokens
 
 
-async def decode_round(server: ServerProcess, conc: int, max_tokens: int, constrained: bool) -> tuple[list[float], set[int]]:
+async def decode_round(
+    server: ServerProcess, conc: int, max_tokens: int, constrained: bool
+) -> tuple[list[float], set[int]]:
     async with httpx.AsyncClient(timeout=600) as client:
         results = await asyncio.gather(*(one_stream(client, server, max_tokens, constrained) for _ in range(conc)))
     return [r[0] for r in results], {r[1] for r in results}
@@ -68,8 +82,10 @@ async def decode_round(server: ServerProcess, conc: int, max_tokens: int, constr
 def decode_table(model: Path, rounds: int, max_tokens: int, concurrency: list[int]) -> Table:
     server = ServerProcess(model, name="bench-structured")
     server.start()
-    table = Table(title=f"decode per token: free vs json_schema, {model.name}, {max_tokens} tokens, greedy, "
-                        f"{rounds} alternating rounds")
+    table = Table(
+        title=f"decode per token: free vs json_schema, {model.name}, {max_tokens} tokens, greedy, "
+        f"{rounds} alternating rounds"
+    )
     for col in ("conc", "free ms/token (median)", "json_schema ms/token (median)", "overhead", "output tokens"):
         table.add_column(col, justify="right")
     try:
@@ -78,13 +94,18 @@ def decode_table(model: Path, rounds: int, max_tokens: int, concurrency: list[in
             times: dict[bool, list[float]] = {False: [], True: []}
             lengths: set[int] = set()
             for r in tqdm(range(rounds), desc=f"decode c={conc}"):
-                for constrained in ((False, True) if r % 2 == 0 else (True, False)):
+                for constrained in (False, True) if r % 2 == 0 else (True, False):
                     per_token, lens = asyncio.run(decode_round(server, conc, max_tokens, constrained))
                     times[constrained] += per_token
                     lengths |= lens
             free, json_ = statistics.median(times[False]) * 1e3, statistics.median(times[True]) * 1e3
-            table.add_row(str(conc), f"{free:.2f}", f"{json_:.2f}", f"{(json_ / free - 1) * 100:+.1f}%",
-                          "/".join(str(n) for n in sorted(lengths)))
+            table.add_row(
+                str(conc),
+                f"{free:.2f}",
+                f"{json_:.2f}",
+                f"{(json_ / free - 1) * 100:+.1f}%",
+                "/".join(str(n) for n in sorted(lengths)),
+            )
     finally:
         server.stop()
     return table
@@ -126,8 +147,14 @@ def compile_table(model: Path, n_tools: int) -> Table:
         for label, calls in tqdm(rows, desc="compile"):
             cold = [_timed(c) * 1e3 for c in calls]
             cached = [_timed(c) * 1e3 for c in calls for _ in range(20)]
-            table.add_row(label, str(len(calls)), f"{statistics.median(cold):.1f}", f"{max(cold):.1f}",
-                          f"{statistics.median(cached):.4f}", f"{max(cached):.4f}")
+            table.add_row(
+                label,
+                str(len(calls)),
+                f"{statistics.median(cold):.1f}",
+                f"{max(cold):.1f}",
+                f"{statistics.median(cached):.4f}",
+                f"{max(cached):.4f}",
+            )
     return table
 
 

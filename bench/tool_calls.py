@@ -62,6 +62,7 @@ def load_tasks(tools: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 
 # ---- scoring (pure) ---------------------------------------------------------------------------
 
+
 def parse_args(text: str) -> Any:
     try:
         return json.loads(text)
@@ -83,7 +84,10 @@ def score(task: dict[str, Any], rec: dict[str, Any], tools: dict[str, dict[str, 
     want = sorted(key(c) for c in task["expected"])
     extra = max(0, len(calls) - len(task["expected"]))
     return {
-        "calls": len(calls), "valid": valid, "exact": got == want, "extra": extra,
+        "calls": len(calls),
+        "valid": valid,
+        "exact": got == want,
+        "extra": extra,
         "subset": subset_match(task["expected"], [(c["name"], parse_args(c["arguments"])) for c in calls]),
         "names": sorted(c["name"] for c in calls) == sorted(c["name"] for c in task["expected"]),
         "runaway": extra > 0 and rec.get("finish_reason") == "length",
@@ -97,8 +101,16 @@ def subset_match(expected: list[dict[str, Any]], got: list[tuple[str, Any]]) -> 
         return False
     left = list(got)
     for want in expected:
-        hit = next((g for g in left if g[0] == want["name"] and isinstance(g[1], dict)
-                    and all(g[1].get(k, object()) == v for k, v in want["arguments"].items())), None)
+        hit = next(
+            (
+                g
+                for g in left
+                if g[0] == want["name"]
+                and isinstance(g[1], dict)
+                and all(g[1].get(k, object()) == v for k, v in want["arguments"].items())
+            ),
+            None,
+        )
         if hit is None:
             return False
         left.remove(hit)
@@ -131,6 +143,7 @@ def summarize(recs: list[dict[str, Any]]) -> dict[str, Any]:
 
 # ---- running ----------------------------------------------------------------------------------
 
+
 def structserve_cmd(model: Path, port: int) -> list[str]:
     return [sys.executable, "-m", "service", "serve", "--model", str(model), "--port", str(port)]
 
@@ -146,22 +159,28 @@ def structserve_env() -> dict[str, str]:
     }
 
 
-def ask(client: OpenAI, model: str, task: dict[str, Any], tools: dict[str, dict[str, Any]],
-        mode: str, max_tokens: int) -> dict[str, Any]:
+def ask(
+    client: OpenAI, model: str, task: dict[str, Any], tools: dict[str, dict[str, Any]], mode: str, max_tokens: int
+) -> dict[str, Any]:
     """One greedy request; the response (or the error) as a plain record."""
     rec: dict[str, Any] = {"task": task["id"], "mode": mode, "error": None}
     t0 = time.perf_counter()
     try:
         resp = client.chat.completions.create(
-            model=model, messages=[{"role": "user", "content": task["prompt"]}],
-            tools=[tools[name] for name in task["tools"]], tool_choice=mode,  # type: ignore[arg-type]
-            temperature=0, max_tokens=max_tokens,
+            model=model,
+            messages=[{"role": "user", "content": task["prompt"]}],
+            tools=[tools[name] for name in task["tools"]],
+            tool_choice=mode,  # type: ignore[arg-type]
+            temperature=0,
+            max_tokens=max_tokens,
         )
         choice = resp.choices[0]
         rec.update(
-            finish_reason=choice.finish_reason, content=choice.message.content,
-            tool_calls=[{"name": c.function.name, "arguments": c.function.arguments}
-                        for c in choice.message.tool_calls or []],
+            finish_reason=choice.finish_reason,
+            content=choice.message.content,
+            tool_calls=[
+                {"name": c.function.name, "arguments": c.function.arguments} for c in choice.message.tool_calls or []
+            ],
             completion_tokens=resp.usage.completion_tokens if resp.usage else None,
         )
     except Exception as exc:  # noqa: BLE001 - a failed request is a result, recorded as such
@@ -170,17 +189,32 @@ def ask(client: OpenAI, model: str, task: dict[str, Any], tools: dict[str, dict[
     return rec
 
 
-def run_server(name: str, model: Path, tasks: list[dict[str, Any]], tools: dict[str, dict[str, Any]],
-               args: argparse.Namespace, save: Callable[[list[dict[str, Any]], float], None]) -> None:
+def run_server(
+    name: str,
+    model: Path,
+    tasks: list[dict[str, Any]],
+    tools: dict[str, dict[str, Any]],
+    args: argparse.Namespace,
+    save: Callable[[list[dict[str, Any]], float], None],
+) -> None:
     """Start the server, ask every (mode, task), ``save`` the records after each one, stop it."""
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     t0 = time.perf_counter()
     if name == "sglang":
-        proc = start(sglang_cmd(model, port, ENGINE, SGLANG_FLAGS), {}, f"{base}/health_generate", Path("/tmp/bench-tool-calls-sglang.log"))
+        proc = start(
+            sglang_cmd(model, port, ENGINE, SGLANG_FLAGS),
+            {},
+            f"{base}/health_generate",
+            Path("/tmp/bench-tool-calls-sglang.log"),
+        )
     else:
-        proc = start(structserve_cmd(model, port), structserve_env(), f"{base}/ready",
-                     Path("/tmp/bench-tool-calls-structserve.log"))
+        proc = start(
+            structserve_cmd(model, port),
+            structserve_env(),
+            f"{base}/ready",
+            Path("/tmp/bench-tool-calls-structserve.log"),
+        )
     startup_s = time.perf_counter() - t0
     client = OpenAI(base_url=f"{base}/v1", api_key="none", timeout=1800, max_retries=0)
     recs = []
@@ -206,16 +240,38 @@ def rescore(saved: dict[str, Any], recs: list[dict[str, Any]]) -> dict[str, dict
 
 def table(summaries: dict[str, dict[str, dict[str, Any]]], title: str) -> Table:
     t = Table(title=title)
-    for col in ("server", "tool_choice", "tasks", "with calls", "schema-valid calls", "exact match",
-                "expected args match", "names match", "calls beyond expected", "runaway", "finish_reason", "latency mean / max s"):
+    for col in (
+        "server",
+        "tool_choice",
+        "tasks",
+        "with calls",
+        "schema-valid calls",
+        "exact match",
+        "expected args match",
+        "names match",
+        "calls beyond expected",
+        "runaway",
+        "finish_reason",
+        "latency mean / max s",
+    ):
         t.add_column(col, justify="right")
     for server, modes in summaries.items():
         for mode, s in modes.items():
             fr = " ".join(f"{k}:{v}" for k, v in sorted(s["finish_reasons"].items()))
-            t.add_row(server, mode, str(s["tasks"]), f"{s['with_calls']}/{s['tasks']}",
-                      f"{s['valid_calls']}/{s['calls']}", f"{s['exact']}/{s['tasks']}", f"{s['subset']}/{s['tasks']}",
-                      f"{s['names_match']}/{s['tasks']}", f"{s['extra_calls']} in {s['tasks_with_extra']} tasks",
-                      str(s["runaway"]), fr, f"{s['latency_mean_s']:.1f} / {s['latency_max_s']:.1f}")
+            t.add_row(
+                server,
+                mode,
+                str(s["tasks"]),
+                f"{s['with_calls']}/{s['tasks']}",
+                f"{s['valid_calls']}/{s['calls']}",
+                f"{s['exact']}/{s['tasks']}",
+                f"{s['subset']}/{s['tasks']}",
+                f"{s['names_match']}/{s['tasks']}",
+                f"{s['extra_calls']} in {s['tasks_with_extra']} tasks",
+                str(s["runaway"]),
+                fr,
+                f"{s['latency_mean_s']:.1f} / {s['latency_max_s']:.1f}",
+            )
     return t
 
 
@@ -228,13 +284,21 @@ def main() -> None:
     parser.add_argument("--only", nargs="+", default=None, help="only these task ids")
     parser.add_argument("--max-tokens", type=int, default=192)
     parser.add_argument("--out", type=Path, default=Path("/tmp/bench-tool-calls.json"))
-    parser.add_argument("--report", type=Path, nargs="+", default=None,
-                        help="run nothing: print one table from these saved result files")
+    parser.add_argument(
+        "--report",
+        type=Path,
+        nargs="+",
+        default=None,
+        help="run nothing: print one table from these saved result files",
+    )
     args = parser.parse_args()
     if args.report:
         saved = [json.loads(p.read_text()) for p in args.report]
-        summaries = {f"{name} ({p.stem})": rescore(r, s["responses"]) for p, r in zip(args.report, saved)
-                     for name, s in r["servers"].items()}
+        summaries = {
+            f"{name} ({p.stem})": rescore(r, s["responses"])
+            for p, r in zip(args.report, saved)
+            for name, s in r["servers"].items()
+        }
         Console(width=240).print(table(summaries, f"tool calls: {Path(saved[0]['model']).name}"))
         return
     if args.model is None:
@@ -243,10 +307,16 @@ def main() -> None:
         args.model = model_dir("qwen2.5-coder")
     tools = load_tools()
     tasks = [t for t in load_tasks(tools) if args.only is None or t["id"] in args.only][: args.tasks or None]
-    results: dict[str, Any] = {"model": str(args.model), "engine": ENGINE, "max_tokens": args.max_tokens,
-                               "tasks": tasks, "servers": {}}
+    results: dict[str, Any] = {
+        "model": str(args.model),
+        "engine": ENGINE,
+        "max_tokens": args.max_tokens,
+        "tasks": tasks,
+        "servers": {},
+    }
     summaries: dict[str, dict[str, dict[str, Any]]] = {}
     for server in args.servers:
+
         def save(recs: list[dict[str, Any]], startup_s: float, server: str = server) -> None:
             modes = [m for m in args.modes if any(r["mode"] == m for r in recs)]
             summaries[server] = {m: summarize([r for r in recs if r["mode"] == m]) for m in modes}
@@ -254,8 +324,9 @@ def main() -> None:
             args.out.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
 
         run_server(server, args.model, tasks, tools, args, save)
-    title = (f"tool calls: {args.model.name}, {len(tasks)} tasks, greedy, max_tokens {args.max_tokens}, "
-             f"{ENGINE['dtype']}")
+    title = (
+        f"tool calls: {args.model.name}, {len(tasks)} tasks, greedy, max_tokens {args.max_tokens}, {ENGINE['dtype']}"
+    )
     Console(width=240).print(table(summaries, title))
     print(f"responses: {args.out}")
 

@@ -46,8 +46,11 @@ def start_server(model_dir: Path) -> tuple[subprocess.Popen, str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {**os.environ, "STRUCTSERVE_ENGINE__MAX_TOTAL_TOKENS": "8192",
-           "STRUCTSERVE_ENGINE__MAX_RUNNING_REQUESTS": "16"}
+    env = {
+        **os.environ,
+        "STRUCTSERVE_ENGINE__MAX_TOTAL_TOKENS": "8192",
+        "STRUCTSERVE_ENGINE__MAX_RUNNING_REQUESTS": "16",
+    }
     log = open(f"/tmp/tool_calls_smol-{port}.log", "wb")
     cmd = [sys.executable, "-m", "service", "serve", "--model", str(model_dir), "--port", str(port)]
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -67,8 +70,14 @@ def start_server(model_dir: Path) -> tuple[subprocess.Popen, str]:
 
 
 def run_one(base: str, model: str, tool: dict, content: str, max_tokens: int) -> dict:
-    body = {"model": model, "messages": [{"role": "user", "content": content}], "tools": [tool],
-            "tool_choice": "required", "max_tokens": max_tokens, "temperature": 0}
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": content}],
+        "tools": [tool],
+        "tool_choice": "required",
+        "max_tokens": max_tokens,
+        "temperature": 0,
+    }
     resp = httpx.post(f"{base}/v1/chat/completions", json=body, timeout=3600).json()
     choice = resp["choices"][0]
     calls = choice["message"].get("tool_calls") or []
@@ -80,8 +89,13 @@ def run_one(base: str, model: str, tool: dict, content: str, max_tokens: int) ->
             valid += 1
         except Exception:  # noqa: BLE001 - counted, not raised
             pass
-    return {"tool": tool["function"]["name"], "calls": len(calls), "valid": valid,
-            "finish": choice["finish_reason"], "tokens": resp["usage"]["completion_tokens"]}
+    return {
+        "tool": tool["function"]["name"],
+        "calls": len(calls),
+        "valid": valid,
+        "finish": choice["finish_reason"],
+        "tokens": resp["usage"]["completion_tokens"],
+    }
 
 
 def main() -> None:
@@ -115,9 +129,11 @@ def main() -> None:
             proc.wait(timeout=120)
     truncated = sum(r["finish"] == "length" for r in rows)
     multi = sum(r["calls"] > 1 for r in rows)
-    print(f"\n{len(rows)} tasks, max_tokens {args.max_tokens}: truncated at max_tokens {truncated} "
-          f"({100 * truncated / len(rows):.0f}%), more than one call {multi}, "
-          f"finish_reason tool_calls {sum(r['finish'] == 'tool_calls' for r in rows)}")
+    print(
+        f"\n{len(rows)} tasks, max_tokens {args.max_tokens}: truncated at max_tokens {truncated} "
+        f"({100 * truncated / len(rows):.0f}%), more than one call {multi}, "
+        f"finish_reason tool_calls {sum(r['finish'] == 'tool_calls' for r in rows)}"
+    )
 
 
 if __name__ == "__main__":

@@ -31,20 +31,34 @@ __all__ = [
     "resolve_pointer",
 ]
 
-SCHEMA_SINGLE_KEYWORDS = frozenset({
-    "additionalProperties", "items", "not", "if", "then", "else", "contains", "propertyNames",
-    "unevaluatedProperties", "unevaluatedItems", "contentSchema", "additionalItems",
-})
+SCHEMA_SINGLE_KEYWORDS = frozenset(
+    {
+        "additionalProperties",
+        "items",
+        "not",
+        "if",
+        "then",
+        "else",
+        "contains",
+        "propertyNames",
+        "unevaluatedProperties",
+        "unevaluatedItems",
+        "contentSchema",
+        "additionalItems",
+    }
+)
 """Keywords whose value is one subschema."""
 SCHEMA_LIST_KEYWORDS = frozenset({"allOf", "anyOf", "oneOf", "prefixItems"})
 """Keywords whose value is an array of subschemas."""
-SCHEMA_MAP_KEYWORDS = frozenset({"properties", "patternProperties", "$defs", "definitions",
-                                 "dependentSchemas", "dependencies"})
+SCHEMA_MAP_KEYWORDS = frozenset(
+    {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies"}
+)
 """Keywords whose value maps names to subschemas (``dependencies`` values may be arrays)."""
 
 _MAX_REF_HOPS = 64
-_COUNTS = frozenset({"minLength", "maxLength", "minItems", "maxItems", "minProperties",
-                     "maxProperties", "minContains", "maxContains"})
+_COUNTS = frozenset(
+    {"minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties", "minContains", "maxContains"}
+)
 
 
 @dataclass(frozen=True)
@@ -107,8 +121,7 @@ def json_depth_exceeds(value: Any, limit: int) -> str | None:
             continue
         if depth > limit:
             return pointer
-        stack.extend((v, f"{pointer}/{escape_token(k)}", depth + 1) for k, v in entries
-                     if isinstance(v, (dict, list)))
+        stack.extend((v, f"{pointer}/{escape_token(k)}", depth + 1) for k, v in entries if isinstance(v, (dict, list)))
     return None
 
 
@@ -152,8 +165,7 @@ def canonical_json(schema: Any) -> str:
     so that order is part of the grammar. Integral float counts (``"maxItems": 2.0``)
     become integers (same meaning; xgrammar refuses floats there). Equal schemas give
     equal text."""
-    return json.dumps(_canon_schema(schema), ensure_ascii=False, separators=(",", ":"),
-                      allow_nan=False)
+    return json.dumps(_canon_schema(schema), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
 def _canon_schema(node: Any) -> Any:
@@ -187,12 +199,12 @@ def _canon_data(value: Any) -> Any:
 
 _COMBINATORS = ("$ref", "anyOf", "allOf", "oneOf")
 _JSON_TYPES = frozenset({"null", "boolean", "integer", "number", "string", "array", "object"})
-_XGR_ANNOTATIONS = frozenset({"title", "default", "description", "examples", "deprecated",
-                              "readOnly", "writeOnly", "$comment", "$schema"})
+_XGR_ANNOTATIONS = frozenset(
+    {"title", "default", "description", "examples", "deprecated", "readOnly", "writeOnly", "$comment", "$schema"}
+)
 """Keys xgrammar 0.2.7's oneOf prover tolerates beside ``type`` (the conservative set)."""
 _LOOKAROUNDS = ("(?=", "(?!", "(?<=", "(?<!")
-_ESCAPED_CODES = {"n": 0x0A, "r": 0x0D, "t": 0x09, "f": 0x0C, "v": 0x0B, "0": 0x00,
-                  "b": 0x08, "\\": 0x5C, '"': 0x22}
+_ESCAPED_CODES = {"n": 0x0A, "r": 0x0D, "t": 0x09, "f": 0x0C, "v": 0x0B, "0": 0x00, "b": 0x08, "\\": 0x5C, '"': 0x22}
 _HEX_LENGTHS = {"x": 2, "u": 4}
 
 
@@ -220,14 +232,18 @@ def pattern_problem(pattern: str) -> str | None:
         elif char == "]" and negated is not None:
             negated = None
         elif negated is None and (char, i > 0) in (("^", True), ("$", i < len(pattern) - 1)):
-            return (f"xgrammar ignores the anchor {char!r} inside the pattern; use anchors only "
-                    "at its very start and end, e.g. ^(a|b)$")
+            return (
+                f"xgrammar ignores the anchor {char!r} inside the pattern; use anchors only "
+                "at its very start and end, e.g. ^(a|b)$"
+            )
         elif char == '"' or ord(char) < 0x20:
             code = ord(char)
         if not negated and code is not None and (code < 0x20 or code in (0x22, 0x5C)):
-            return (f"it names the character {chr(code)!r} explicitly, which xgrammar matches "
-                    "against the JSON-escaped text (letting invalid strings through); "
-                    "use a class or range instead, or drop the pattern")
+            return (
+                f"it names the character {chr(code)!r} explicitly, which xgrammar matches "
+                "against the JSON-escaped text (letting invalid strings through); "
+                "use a class or range instead, or drop the pattern"
+            )
         i += width
     return None
 
@@ -278,7 +294,7 @@ def _typed_or_finite(branches: list[Any]) -> bool:
         if values is None and types is None:
             return False
         arms.append(("values", values) if values is not None else ("types", types))
-    return all(not _arms_overlap(a, b) for i, a in enumerate(arms) for b in arms[i + 1:])
+    return all(not _arms_overlap(a, b) for i, a in enumerate(arms) for b in arms[i + 1 :])
 
 
 def _only_types(branch: dict[str, Any]) -> set[str] | None:
@@ -329,8 +345,7 @@ def _discriminated(branches: list[Any]) -> bool:
     for key in _candidates(branches[0]):
         values = [_discriminator_values(b, key) for b in branches]
         if all(v is not None for v in values) and all(
-            not _arms_overlap(("values", a), ("values", b))
-            for i, a in enumerate(values) for b in values[i + 1:]
+            not _arms_overlap(("values", a), ("values", b)) for i, a in enumerate(values) for b in values[i + 1 :]
         ):
             return True
     return False

@@ -41,8 +41,14 @@ from grammars.xgrammar_calls import Kind, accepts_a_first_token, capture_warning
 __all__ = ["CompileStats", "GrammarCompiler"]
 
 _LOG_PREFIX = re.compile(r"^\[[\d:]+\] \S+:\d+: ", re.M)
-_WARNING_KEYWORDS = (("multipleOf", "multipleOf"), ("oneOf", "oneOf"), ("allOf", "allOf"),
-                     ("Lookahead", "pattern"), ("Anchor", "pattern"), ("URI", "$ref"))
+_WARNING_KEYWORDS = (
+    ("multipleOf", "multipleOf"),
+    ("oneOf", "oneOf"),
+    ("allOf", "allOf"),
+    ("Lookahead", "pattern"),
+    ("Anchor", "pattern"),
+    ("URI", "$ref"),
+)
 
 
 @dataclass(frozen=True)
@@ -76,7 +82,8 @@ def _worker_main(conn: Any, tokenizer_dir: str, any_whitespace: bool) -> None:
         began = time.perf_counter()
         try:
             compiled, warnings = capture_warnings(
-                lambda: compile_text(compiler, kind, text, any_whitespace=any_whitespace))
+                lambda: compile_text(compiler, kind, text, any_whitespace=any_whitespace)
+            )
             dead = not accepts_a_first_token(compiled)
         except Exception as exc:  # noqa: BLE001 - xgrammar raises RuntimeError & co.
             conn.send(("error", str(exc).strip()))
@@ -96,8 +103,15 @@ class GrammarCompiler:
     attribute) bounds each compile, not the worker start (``start_timeout_s``).
     """
 
-    def __init__(self, tokenizer_dir: Path, *, timeout_s: float = 10.0, cache_size: int = 512,
-                 any_whitespace: bool = False, start_timeout_s: float = 300.0) -> None:
+    def __init__(
+        self,
+        tokenizer_dir: Path,
+        *,
+        timeout_s: float = 10.0,
+        cache_size: int = 512,
+        any_whitespace: bool = False,
+        start_timeout_s: float = 300.0,
+    ) -> None:
         self.tokenizer_dir = Path(tokenizer_dir)
         self.timeout_s = timeout_s
         self.cache_size = cache_size
@@ -197,12 +211,14 @@ class GrammarCompiler:
             code = self._kill()
             raise GrammarCompileError(
                 f"the grammar compiler crashed (exit code {code}) on this {kind}; simplify "
-                "it (the compiler was restarted)") from None
+                "it (the compiler was restarted)"
+            ) from None
         if reply is None:
             self._kill()
             raise SchemaTooComplexError(
                 f"compiling this {kind} took longer than {self.timeout_s:g} s; simplify it "
-                "(fewer/shorter nested alternatives, smaller bounded repetitions)")
+                "(fewer/shorter nested alternatives, smaller bounded repetitions)"
+            )
         return tuple(reply)
 
     @staticmethod
@@ -213,17 +229,21 @@ class GrammarCompiler:
         if status == "dead":
             return UnsatisfiableSchemaError(
                 f"the grammar of this {kind} allows no first token, so no output can ever "
-                "start to match it (e.g. a $ref loop that consumes no input); fix the schema")
+                "start to match it (e.g. a $ref loop that consumes no input); fix the schema"
+            )
         if status == "error":
             detail = _LOG_PREFIX.sub("", detail).rstrip(".")
-            return GrammarCompileError(f"xgrammar rejected the {kind}: {detail}. Fix it "
-                                       "(e.g. a regex feature xgrammar lacks, or an "
-                                       "unsatisfiable constraint)")
-        lost = [Unsupported(next((k for w, k in _WARNING_KEYWORDS if w in line), "unknown"),
-                            None, f"xgrammar: {line}") for line in detail]
+            return GrammarCompileError(
+                f"xgrammar rejected the {kind}: {detail}. Fix it "
+                "(e.g. a regex feature xgrammar lacks, or an "
+                "unsatisfiable constraint)"
+            )
+        lost = [
+            Unsupported(next((k for w, k in _WARNING_KEYWORDS if w in line), "unknown"), None, f"xgrammar: {line}")
+            for line in detail
+        ]
         if kind == "ebnf":
-            return GrammarCompileError("xgrammar would not enforce this grammar exactly: "
-                                       + "; ".join(detail))
+            return GrammarCompileError("xgrammar would not enforce this grammar exactly: " + "; ".join(detail))
         return UnsupportedKeywordError(lost)
 
     def _ensure_worker(self) -> float:
@@ -234,8 +254,12 @@ class GrammarCompiler:
         ctx = multiprocessing.get_context("spawn")
         parent, child = ctx.Pipe()
         began = time.perf_counter()
-        proc = ctx.Process(target=_worker_main, daemon=True, name="structserve-grammar",
-                           args=(child, str(self.tokenizer_dir), self.any_whitespace))
+        proc = ctx.Process(
+            target=_worker_main,
+            daemon=True,
+            name="structserve-grammar",
+            args=(child, str(self.tokenizer_dir), self.any_whitespace),
+        )
         proc.start()
         child.close()
         self._proc, self._conn = proc, parent

@@ -104,9 +104,7 @@ class CheckedSchema:
     loosened: tuple[Unsupported, ...] = ()
 
 
-def check_schema(
-    schema: Any, *, limits: SchemaLimits = SchemaLimits(), allow_loosening: bool = False
-) -> CheckedSchema:
+def check_schema(schema: Any, *, limits: SchemaLimits = SchemaLimits(), allow_loosening: bool = False) -> CheckedSchema:
     """Check ``schema`` against the limits, the 2020-12 metaschema and the keyword policy.
 
     Raises (in this order of checks): ``InvalidSchemaError`` for a non-object root;
@@ -120,9 +118,7 @@ def check_schema(
     """
     if not isinstance(schema, dict):
         hint = "use {} for any JSON value" if schema is True else "send a JSON object"
-        raise InvalidSchemaError(
-            f"the schema must be a JSON object, got {type(schema).__name__}: {hint}", pointer=""
-        )
+        raise InvalidSchemaError(f"the schema must be a JSON object, got {type(schema).__name__}: {hint}", pointer="")
     _check_limits(schema, limits)
     _check_metaschema(schema)
     problems = _problems(schema)
@@ -142,14 +138,12 @@ def _check_limits(schema: dict[str, Any], limits: SchemaLimits) -> None:
     for node in iter_subschemas(schema):
         count += 1
         if node.depth > limits.max_depth:
-            _too_complex(f"subschemas are nested deeper than {limits.max_depth} levels",
-                         node.pointer)
+            _too_complex(f"subschemas are nested deeper than {limits.max_depth} levels", node.pointer)
         if count > limits.max_nodes:
             _too_complex(f"it has more than {limits.max_nodes} subschemas", node.pointer)
         enum = node.value.get("enum") if isinstance(node.value, dict) else None
         if isinstance(enum, list) and len(enum) > limits.max_enum_values:
-            _too_complex(f"an enum has {len(enum)} values (limit {limits.max_enum_values})",
-                         node.pointer, "enum")
+            _too_complex(f"an enum has {len(enum)} values (limit {limits.max_enum_values})", node.pointer, "enum")
     try:
         size = len(json.dumps(schema, ensure_ascii=False, allow_nan=False).encode())
     except (TypeError, ValueError) as exc:
@@ -163,7 +157,8 @@ def _too_complex(what: str, pointer: str, keyword: str | None = None) -> None:
     raise SchemaTooComplexError(
         f"the schema is too complex: {what} (at {where or '/'}). Simplify it: flatten "
         "nesting, split it, or move large enums into a pattern.",
-        pointer=pointer, keyword=keyword,
+        pointer=pointer,
+        keyword=keyword,
     )
 
 
@@ -179,9 +174,9 @@ def _check_metaschema(schema: dict[str, Any]) -> None:
     pointer = "".join(f"/{str(p).replace('~', '~0').replace('/', '~1')}" for p in path)
     keyword = path[-1] if path and isinstance(path[-1], str) else None
     raise InvalidSchemaError(
-        f"not a valid JSON Schema (Draft 2020-12) at {pointer or '/'}: {error.message}. "
-        "Fix that value.",
-        pointer=pointer, keyword=keyword,
+        f"not a valid JSON Schema (Draft 2020-12) at {pointer or '/'}: {error.message}. Fix that value.",
+        pointer=pointer,
+        keyword=keyword,
     )
 
 
@@ -211,19 +206,37 @@ def _check_ref(node: Node, root: dict[str, Any], locations: set[str]) -> list[Un
     if not ref.startswith("#"):
         raise RemoteRefError(
             f"$ref {ref!r} at {node.pointer or '/'} is not local; only references into the "
-            "same schema (\"#/$defs/...\") are allowed: inline the referenced schema "
-            "under $defs", pointer=node.pointer, keyword="$ref",
+            'same schema ("#/$defs/...") are allowed: inline the referenced schema '
+            "under $defs",
+            pointer=node.pointer,
+            keyword="$ref",
         )
     if ref != "#" and not ref.startswith("#/"):
-        return [Unsupported("$ref", node.pointer, "references to $anchor names are not "
-                            "resolved by xgrammar; use a JSON pointer like #/$defs/name")]
+        return [
+            Unsupported(
+                "$ref",
+                node.pointer,
+                "references to $anchor names are not resolved by xgrammar; use a JSON pointer like #/$defs/name",
+            )
+        ]
     if ref == "#":
-        return [Unsupported("$ref", node.pointer, "recursion through the root makes xgrammar's "
-                            "token mask refuse valid tokens such as `}}`; move the schema to "
-                            "$defs/<name> and use {\"$ref\": \"#/$defs/<name>\"} everywhere")]
+        return [
+            Unsupported(
+                "$ref",
+                node.pointer,
+                "recursion through the root makes xgrammar's "
+                "token mask refuse valid tokens such as `}}`; move the schema to "
+                '$defs/<name> and use {"$ref": "#/$defs/<name>"} everywhere',
+            )
+        ]
     if "~" in ref or "%" in ref:
-        return [Unsupported("$ref", node.pointer, "xgrammar does not decode ~0/~1/% escapes "
-                            "in $ref; rename the target to plain characters")]
+        return [
+            Unsupported(
+                "$ref",
+                node.pointer,
+                "xgrammar does not decode ~0/~1/% escapes in $ref; rename the target to plain characters",
+            )
+        ]
     try:
         resolve_pointer(root, ref[1:], members_only=True)
     except KeyError:
@@ -232,15 +245,22 @@ def _check_ref(node: Node, root: dict[str, Any], locations: set[str]) -> list[Un
         except KeyError:
             pass
         else:
-            return [Unsupported("$ref", node.pointer, "xgrammar resolves $ref only through "
-                                "non-empty object member names; point at a schema in $defs")]
+            return [
+                Unsupported(
+                    "$ref",
+                    node.pointer,
+                    "xgrammar resolves $ref only through non-empty object member names; point at a schema in $defs",
+                )
+            ]
         raise InvalidSchemaError(
-            f"$ref {ref!r} at {node.pointer or '/'} points at nothing in the schema; fix "
-            "the pointer or add the target", pointer=node.pointer, keyword="$ref",
+            f"$ref {ref!r} at {node.pointer or '/'} points at nothing in the schema; fix the pointer or add the target",
+            pointer=node.pointer,
+            keyword="$ref",
         ) from None
     if ref[1:] not in locations:
-        return [Unsupported("$ref", node.pointer, f"{ref!r} is not a subschema location; "
-                            "point at a schema under $defs")]
+        return [
+            Unsupported("$ref", node.pointer, f"{ref!r} is not a subschema location; point at a schema under $defs")
+        ]
     return []
 
 

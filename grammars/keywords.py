@@ -25,9 +25,23 @@ def _rows(status: str, note: str, *keywords: str) -> dict[str, KeywordSupport]:
 
 _TYPED = "a type is declared (or inferred from properties/items)"
 KEYWORDS: dict[str, KeywordSupport] = {
-    **_rows("annotation", "no effect on validation", "title", "description", "examples",
-            "default", "$comment", "deprecated", "readOnly", "writeOnly", "$schema", "$anchor",
-            "contentEncoding", "contentMediaType", "contentSchema"),
+    **_rows(
+        "annotation",
+        "no effect on validation",
+        "title",
+        "description",
+        "examples",
+        "default",
+        "$comment",
+        "deprecated",
+        "readOnly",
+        "writeOnly",
+        "$schema",
+        "$anchor",
+        "contentEncoding",
+        "contentMediaType",
+        "contentSchema",
+    ),
     **_rows("supported", "holds subschemas for $ref", "$defs", "definitions"),
     "type": KeywordSupport("supported", "string or list; integers only as plain digits"),
     "properties": KeywordSupport("supported", "emitted in declared order (narrowing)"),
@@ -39,50 +53,91 @@ KEYWORDS: dict[str, KeywordSupport] = {
     "anyOf": KeywordSupport("conditional", "no sibling assertions (xgrammar drops them)"),
     "allOf": KeywordSupport("conditional", "one branch only, no sibling assertions"),
     "oneOf": KeywordSupport("conditional", "branches provably disjoint (xgrammar's provers)"),
-    **_rows("conditional", "every value satisfies the siblings (xgrammar ignores them)",
-            "enum", "const"),
-    "pattern": KeywordSupport("conditional", f"{_TYPED}; no explicit quote/backslash/control "
-                              "atom, no lookaround or inner anchor; full match (narrowing)"),
-    **_rows("conditional", f"{_TYPED}; alone: not with pattern/format", "minLength",
-            "maxLength"),
+    **_rows("conditional", "every value satisfies the siblings (xgrammar ignores them)", "enum", "const"),
+    "pattern": KeywordSupport(
+        "conditional",
+        f"{_TYPED}; no explicit quote/backslash/control atom, no lookaround or inner anchor; full match (narrowing)",
+    ),
+    **_rows("conditional", f"{_TYPED}; alone: not with pattern/format", "minLength", "maxLength"),
     "format": KeywordSupport("conditional", f"{_TYPED}; one of SGLANG_FORMATS; alone"),
-    **_rows("conditional", f"{_TYPED}; integer bounds whole, within int64", "minimum",
-            "maximum", "exclusiveMinimum", "exclusiveMaximum"),
+    **_rows(
+        "conditional",
+        f"{_TYPED}; integer bounds whole, within int64",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+    ),
     "required": KeywordSupport("conditional", "every name is declared in properties"),
-    "patternProperties": KeywordSupport("conditional", f"{_TYPED}; one safe pattern matching "
-                                        "no declared property; full match"),
-    "propertyNames": KeywordSupport("conditional", f"{_TYPED}; an object, no properties "
-                                    "beside it; only string keywords/enum/const inside"),
+    "patternProperties": KeywordSupport(
+        "conditional", f"{_TYPED}; one safe pattern matching no declared property; full match"
+    ),
+    "propertyNames": KeywordSupport(
+        "conditional", f"{_TYPED}; an object, no properties beside it; only string keywords/enum/const inside"
+    ),
     "minProperties": KeywordSupport("conditional", f"{_TYPED}; no undeclared keys possible"),
-    **_rows("conditional", _TYPED, "maxProperties", "minItems", "maxItems",
-            "unevaluatedProperties", "unevaluatedItems"),
-    **_rows("unsupported", "ignored by xgrammar", "not", "if", "then", "else", "uniqueItems",
-            "contains", "minContains", "maxContains", "dependentRequired", "dependentSchemas",
-            "dependencies"),
-    **_rows("unsupported", "dynamic references are not resolved by xgrammar", "$dynamicRef",
-            "$dynamicAnchor", "$recursiveRef", "$recursiveAnchor", "$vocabulary"),
+    **_rows(
+        "conditional", _TYPED, "maxProperties", "minItems", "maxItems", "unevaluatedProperties", "unevaluatedItems"
+    ),
+    **_rows(
+        "unsupported",
+        "ignored by xgrammar",
+        "not",
+        "if",
+        "then",
+        "else",
+        "uniqueItems",
+        "contains",
+        "minContains",
+        "maxContains",
+        "dependentRequired",
+        "dependentSchemas",
+        "dependencies",
+    ),
+    **_rows(
+        "unsupported",
+        "dynamic references are not resolved by xgrammar",
+        "$dynamicRef",
+        "$dynamicAnchor",
+        "$recursiveRef",
+        "$recursiveAnchor",
+        "$vocabulary",
+    ),
     "multipleOf": KeywordSupport("unsupported", "refused by SGLang before xgrammar"),
     "additionalItems": KeywordSupport("unsupported", "not a 2020-12 keyword: use items"),
     "nullable": KeywordSupport("unsupported", "OpenAPI, not JSON Schema: use a type list"),
 }
 """Every keyword the policy knows; anything else is an unknown keyword (unsupported)."""
 
-SGLANG_FORMATS = frozenset({
-    "date", "date-time", "duration", "email", "hostname", "ipv4", "ipv6", "json-pointer",
-    "relative-json-pointer", "time", "uri", "uri-reference", "uri-template", "uuid",
-})
+SGLANG_FORMATS = frozenset(
+    {
+        "date",
+        "date-time",
+        "duration",
+        "email",
+        "hostname",
+        "ipv4",
+        "ipv6",
+        "json-pointer",
+        "relative-json-pointer",
+        "time",
+        "uri",
+        "uri-reference",
+        "uri-template",
+        "uuid",
+    }
+)
 """The ``format`` values xgrammar enforces (SGLang rejects any other)."""
 
 _APPLICATORS = ("$ref", "anyOf", "oneOf", "allOf")
-_NEUTRAL = frozenset(k for k, v in KEYWORDS.items() if v.status == "annotation") | {
-    "$defs", "definitions", "$id"}
-_NAME_KEYWORDS = frozenset({"type", "pattern", "minLength", "maxLength", "format", "enum",
-                            "const"}) | _NEUTRAL
+_NEUTRAL = frozenset(k for k, v in KEYWORDS.items() if v.status == "annotation") | {"$defs", "definitions", "$id"}
+_NAME_KEYWORDS = frozenset({"type", "pattern", "minLength", "maxLength", "format", "enum", "const"}) | _NEUTRAL
 _NEEDS_TYPE = {
     **dict.fromkeys(("pattern", "minLength", "maxLength", "format"), "string"),
     **dict.fromkeys(("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"), "number"),
-    **dict.fromkeys(("patternProperties", "propertyNames", "minProperties", "maxProperties",
-                     "unevaluatedProperties"), "object"),
+    **dict.fromkeys(
+        ("patternProperties", "propertyNames", "minProperties", "maxProperties", "unevaluatedProperties"), "object"
+    ),
     **dict.fromkeys(("minItems", "maxItems", "unevaluatedItems"), "array"),
 }
 _INFERRED_BY = {"object": ("properties", "additionalProperties"), "array": ("items", "prefixItems")}

@@ -92,21 +92,28 @@ def check_productive(schema: dict[str, Any]) -> None:
     if found is None:
         return
     if found.kind == "cycle":
-        why = (f"the $ref loop {found.path} consumes no input, so no value can ever start "
-               "there (the grammar would allow no token at all). Break the loop: make one "
-               "schema in it a real schema, or give it an anyOf branch that is not a "
-               "reference (e.g. {\"type\": \"null\"})")
+        why = (
+            f"the $ref loop {found.path} consumes no input, so no value can ever start "
+            "there (the grammar would allow no token at all). Break the loop: make one "
+            "schema in it a real schema, or give it an anyOf branch that is not a "
+            'reference (e.g. {"type": "null"})'
+        )
     elif found.kind == "recursion":
-        why = (f"every value requires another one without end ({found.path}), so no finite "
-               f"JSON value matches. Make the recursion optional (drop it from "
-               f"`{found.keyword}`) or give it an anyOf branch that ends it "
-               "(e.g. {\"type\": \"null\"})")
+        why = (
+            f"every value requires another one without end ({found.path}), so no finite "
+            f"JSON value matches. Make the recursion optional (drop it from "
+            f"`{found.keyword}`) or give it an anyOf branch that ends it "
+            '(e.g. {"type": "null"})'
+        )
     else:
-        why = ("it matches no value: it leads only to `false` (a $ref to false, or anyOf "
-               "branches that are all false); remove it or point it at a real schema")
+        why = (
+            "it matches no value: it leads only to `false` (a $ref to false, or anyOf "
+            "branches that are all false); remove it or point it at a real schema"
+        )
     raise UnsatisfiableSchemaError(
         f"the schema can never be completed at {found.pointer or '/'}: {why}",
-        pointer=found.pointer, keyword=found.keyword,
+        pointer=found.pointer,
+        keyword=found.keyword,
     )
 
 
@@ -147,16 +154,22 @@ def _kinds(value: dict[str, Any]) -> list[str]:
         return [raw]
     if isinstance(raw, list):
         return [t for t in raw if isinstance(t, str)] or ["any"]
-    inferred = [kind for kind, keys in (("object", _OBJECT_INFERRED_BY), ("array", _ARRAY_INFERRED_BY))
-                if any(key in value for key in keys)]
+    inferred = [
+        kind
+        for kind, keys in (("object", _OBJECT_INFERRED_BY), ("array", _ARRAY_INFERRED_BY))
+        if any(key in value for key in keys)
+    ]
     return inferred or ["any"]
 
 
 def _object_needs(pointer: str, value: dict[str, Any]) -> list[_Edge]:
     props = member_dict(value, "properties")
     required = member_list(value, "required")
-    return [_Edge(f"{pointer}/properties/{escape_token(name)}", "required", True)
-            for name in dict.fromkeys(required) if isinstance(name, str) and name in props]
+    return [
+        _Edge(f"{pointer}/properties/{escape_token(name)}", "required", True)
+        for name in dict.fromkeys(required)
+        if isinstance(name, str) and name in props
+    ]
 
 
 def _array_needs(pointer: str, value: dict[str, Any]) -> list[_Edge]:
@@ -223,8 +236,9 @@ def _used_children(pointer: str, value: Any) -> Iterator[str]:
         yield from (f"{pointer}/{key}" for key in _ARRAY_CHILDREN if key in value)
 
 
-def _explain(pointer: str, rules: dict[str, list[list[_Edge]]], nodes: dict[str, Any],
-             productive: set[str]) -> Unproductive:
+def _explain(
+    pointer: str, rules: dict[str, list[list[_Edge]]], nodes: dict[str, Any], productive: set[str]
+) -> Unproductive:
     """A loop of unproductive subschemas reached from ``pointer`` (one through references
     only, if there is one): ``cycle`` when the loop itself consumes nothing."""
     for consuming in (False, True):
@@ -239,8 +253,9 @@ def _explain(pointer: str, rules: dict[str, list[list[_Edge]]], nodes: dict[str,
     return Unproductive(pointer, "empty", _show(pointer), None)
 
 
-def _find_loop(start: str, rules: dict[str, list[list[_Edge]]], nodes: dict[str, Any],
-               productive: set[str], consuming: bool) -> tuple[list[_Edge], int] | None:
+def _find_loop(
+    start: str, rules: dict[str, list[list[_Edge]]], nodes: dict[str, Any], productive: set[str], consuming: bool
+) -> tuple[list[_Edge], int] | None:
     """Edges from ``start`` to the first repeated subschema, and the index in them where
     the loop begins (iterative DFS through unproductive subschemas only; consuming
     edges only if ``consuming``)."""
@@ -266,8 +281,9 @@ def _find_loop(start: str, rules: dict[str, list[list[_Edge]]], nodes: dict[str,
     return None
 
 
-def _bad_edges(pointer: str, rules: dict[str, list[list[_Edge]]], nodes: dict[str, Any],
-               productive: set[str], consuming: bool) -> Iterator[_Edge]:
+def _bad_edges(
+    pointer: str, rules: dict[str, list[list[_Edge]]], nodes: dict[str, Any], productive: set[str], consuming: bool
+) -> Iterator[_Edge]:
     for edges in rules.get(pointer, []):
         for edge in edges:
             if edge.target in nodes and edge.target not in productive and (consuming or not edge.consumes):

@@ -34,8 +34,20 @@ from grammars.errors import GrammarError
 __all__ = ["PythonicSchemaError", "check_pythonic_name", "pythonic_arguments", "pythonic_free_text"]
 
 _ANNOTATIONS = frozenset(
-    {"description", "title", "default", "examples", "$comment", "deprecated", "readOnly", "writeOnly",
-     "$schema", "$id", "$defs", "definitions"}
+    {
+        "description",
+        "title",
+        "default",
+        "examples",
+        "$comment",
+        "deprecated",
+        "readOnly",
+        "writeOnly",
+        "$schema",
+        "$id",
+        "$defs",
+        "definitions",
+    }
 )
 _BY_TYPE = {
     "string": {"minLength", "maxLength"},
@@ -61,8 +73,15 @@ class PythonicSchemaError(GrammarError):
 
     code = "unsupported_pythonic_schema"
 
-    def __init__(self, message: str, *, tool: str, field: str = "parameters",
-                 pointer: str | None = None, keyword: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        tool: str,
+        field: str = "parameters",
+        pointer: str | None = None,
+        keyword: str | None = None,
+    ) -> None:
         super().__init__(message, pointer=pointer, keyword=keyword)
         self.tool = tool
         self.field = field
@@ -95,7 +114,9 @@ class _Builder:
         return PythonicSchemaError(
             f"tool '{self.tool}': the pythonic tool-call format cannot enforce {what} "
             f"(at {pointer or '/'} of its parameters); simplify that part of the schema",
-            tool=self.tool, pointer=pointer, keyword=kw,
+            tool=self.tool,
+            pointer=pointer,
+            keyword=kw,
         )
 
     def rule(self, body: str) -> str:
@@ -153,7 +174,7 @@ class _Builder:
             return "str"
         low, high = int(schema.get("minLength", 0)), schema.get("maxLength")
         count = f"{{{low},{'' if high is None else int(high)}}}"
-        return self.rule(f"\"\\\"\" (dq | esc){count} \"\\\"\" | \"'\" (sq | esc){count} \"'\"")
+        return self.rule(f'"\\"" (dq | esc){count} "\\"" | "\'" (sq | esc){count} "\'"')
 
     def array(self, schema: Mapping[str, Any], pointer: str) -> str:
         item = self.value(schema.get("items", True), f"{pointer}/items")
@@ -169,8 +190,10 @@ class _Builder:
             if "required" in schema:
                 raise self.fail(pointer, "`required` without `properties`", "required")
             return '"{" (str ":" " "? any (sep str ":" " "? any)*)? "}"'
-        items = [(f"({' | '.join(_quoted(lit) for lit in _literals(name))}) \":\" \" \"? {value}", req)
-                 for name, value, req in self.members(schema, pointer)]
+        items = [
+            (f'({" | ".join(_quoted(lit) for lit in _literals(name))}) ":" " "? {value}', req)
+            for name, value, req in self.members(schema, pointer)
+        ]
         return self.rule(f'"{{" {self.ordered(items)} "}}"')
 
     def members(self, schema: Mapping[str, Any], pointer: str) -> list[tuple[str, str, bool]]:
@@ -178,13 +201,15 @@ class _Builder:
         props = schema.get("properties") or {}
         required = schema.get("required") or []
         if schema.get("additionalProperties", False) is not False:
-            raise self.fail(pointer, "`additionalProperties` other than false next to `properties`",
-                            "additionalProperties")
+            raise self.fail(
+                pointer, "`additionalProperties` other than false next to `properties`", "additionalProperties"
+            )
         missing = [n for n in required if n not in props]
         if missing:
             raise self.fail(pointer, f"required property {missing[0]!r} that is not in `properties`", "required")
-        return [(name, self.value(sub, f"{pointer}/properties/{name}"), name in required)
-                for name, sub in props.items()]
+        return [
+            (name, self.value(sub, f"{pointer}/properties/{name}"), name in required) for name, sub in props.items()
+        ]
 
     def ordered(self, items: list[tuple[str, bool]]) -> str:
         """Items in order, optional ones skippable, joined by ``sep``; EBNF for the lot."""
@@ -202,7 +227,8 @@ def check_pythonic_name(name: str) -> None:
         raise PythonicSchemaError(
             f"the function name '{name}' is not a Python identifier, so the pythonic tool-call "
             "format cannot write a call to it; use letters, digits and underscores",
-            tool=name, field="name",
+            tool=name,
+            field="name",
         )
 
 
@@ -219,8 +245,9 @@ def pythonic_arguments(tool: str, parameters: Mapping[str, Any] | None) -> dict[
     items = []
     for name, value, req in builder.members(schema, ""):
         if not name.isidentifier() or keyword.iskeyword(name):
-            raise builder.fail(f"/properties/{name}", f"the property name {name!r} (not a Python identifier)",
-                               "properties")
+            raise builder.fail(
+                f"/properties/{name}", f"the property name {name!r} (not a Python identifier)", "properties"
+            )
         items.append((f'"{name}=" {value}', req))
     root = builder.ordered(items)
     grammar = "\n".join([f"root ::= {root}", *builder.rules, _COMMON])
@@ -233,7 +260,9 @@ def pythonic_free_text() -> dict[str, Any]:
         "type": "or",
         "elements": [
             {"type": "regex", "pattern": "[ \\t\\r\\n]*"},
-            {"type": "sequence", "elements": [{"type": "regex", "pattern": "[ \\t\\r\\n]*[^ \\t\\r\\n\\[]"},
-                                              {"type": "any_text"}]},
+            {
+                "type": "sequence",
+                "elements": [{"type": "regex", "pattern": "[ \\t\\r\\n]*[^ \\t\\r\\n\\[]"}, {"type": "any_text"}],
+            },
         ],
     }

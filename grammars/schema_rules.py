@@ -49,19 +49,30 @@ def _keyword_problems(value: dict[str, Any], pointer: str, names: bool) -> list[
     for key in value:
         row = KEYWORDS.get(key)
         if row is None:
-            out.append(Unsupported(key, pointer, "unknown keyword: xgrammar does not enforce "
-                                   "it; remove it or express it with supported keywords"))
+            out.append(
+                Unsupported(
+                    key,
+                    pointer,
+                    "unknown keyword: xgrammar does not enforce it; remove it or express it with supported keywords",
+                )
+            )
         elif row.status == "unsupported":
             out.append(Unsupported(key, pointer, f"{row.note}; remove it"))
         elif names and key not in _NAME_KEYWORDS:
-            out.append(Unsupported(key, pointer, "inside propertyNames only type, pattern, "
-                                   "minLength, maxLength, format, enum and const are enforced"))
+            out.append(
+                Unsupported(
+                    key,
+                    pointer,
+                    "inside propertyNames only type, pattern, "
+                    "minLength, maxLength, format, enum and const are enforced",
+                )
+            )
     if "$id" in value and pointer:
-        out.append(Unsupported("$id", pointer, "a nested $id changes how $ref resolves, "
-                               "which xgrammar ignores; remove it"))
+        out.append(
+            Unsupported("$id", pointer, "a nested $id changes how $ref resolves, which xgrammar ignores; remove it")
+        )
     if names and value.get("type", "string") not in ("string", ["string"]):
-        out.append(Unsupported("type", pointer, "property names are strings: use "
-                               "\"type\": \"string\" or omit type"))
+        out.append(Unsupported("type", pointer, 'property names are strings: use "type": "string" or omit type'))
     return out
 
 
@@ -72,19 +83,37 @@ def _applicator_problems(value: dict[str, Any], pointer: str) -> list[Unsupporte
         return []
     first = present[0]
     where = "the referenced schema" if first == "$ref" else f"each {first} branch"
-    out = [Unsupported(k, pointer, f"only one of $ref/anyOf/oneOf/allOf per subschema is "
-                       f"enforced (`{first}` is); nest `{k}` inside {where}") for k in present[1:]]
-    out += [Unsupported(k, pointer, f"ignored by xgrammar next to `{first}`; move it into "
-                        f"{where}") for k in value if k not in _NEUTRAL and k not in _APPLICATORS]
+    out = [
+        Unsupported(
+            k,
+            pointer,
+            f"only one of $ref/anyOf/oneOf/allOf per subschema is enforced (`{first}` is); nest `{k}` inside {where}",
+        )
+        for k in present[1:]
+    ]
+    out += [
+        Unsupported(k, pointer, f"ignored by xgrammar next to `{first}`; move it into {where}")
+        for k in value
+        if k not in _NEUTRAL and k not in _APPLICATORS
+    ]
     branches = value[first] if isinstance(value[first], list) else []
     if first == "allOf" and len(branches) > 1:
-        out.append(Unsupported("allOf", pointer, "xgrammar does not intersect several allOf "
-                               "branches; merge them into one schema"))
+        out.append(
+            Unsupported(
+                "allOf", pointer, "xgrammar does not intersect several allOf branches; merge them into one schema"
+            )
+        )
     if first == "oneOf" and not branches_disjoint(branches):
-        out.append(Unsupported("oneOf", pointer, "xgrammar cannot prove the branches disjoint, "
-                               "so it enforces anyOf; use branches that are only a non-object "
-                               "type or const/enum, or objects with a required const/enum "
-                               "discriminator property, or use anyOf"))
+        out.append(
+            Unsupported(
+                "oneOf",
+                pointer,
+                "xgrammar cannot prove the branches disjoint, "
+                "so it enforces anyOf; use branches that are only a non-object "
+                "type or const/enum, or objects with a required const/enum "
+                "discriminator property, or use anyOf",
+            )
+        )
     return out
 
 
@@ -101,10 +130,15 @@ def _type_problems(value: dict[str, Any], pointer: str) -> list[Unsupported]:
     that excludes their kind they are irrelevant, hence exact."""
     if "type" in value:
         return []
-    return [Unsupported(key, pointer, f"only enforced when the subschema declares \"type\": "
-                        f"\"{_NEEDS_TYPE[key]}\" (xgrammar ignores it otherwise)")
-            for key in value if key in _NEEDS_TYPE
-            and not any(k in value for k in _INFERRED_BY.get(_NEEDS_TYPE[key], ()))]
+    return [
+        Unsupported(
+            key,
+            pointer,
+            f'only enforced when the subschema declares "type": "{_NEEDS_TYPE[key]}" (xgrammar ignores it otherwise)',
+        )
+        for key in value
+        if key in _NEEDS_TYPE and not any(k in value for k in _INFERRED_BY.get(_NEEDS_TYPE[key], ()))
+    ]
 
 
 def _string_problems(value: dict[str, Any], pointer: str) -> list[Unsupported]:
@@ -112,12 +146,25 @@ def _string_problems(value: dict[str, Any], pointer: str) -> list[Unsupported]:
     out = []
     fmt = value.get("format")
     if fmt is not None and fmt not in SGLANG_FORMATS:
-        out.append(Unsupported("format", pointer, f"format {fmt!r} is not enforced; use one of "
-                               f"{', '.join(sorted(SGLANG_FORMATS))}, or a pattern"))
+        out.append(
+            Unsupported(
+                "format",
+                pointer,
+                f"format {fmt!r} is not enforced; use one of {', '.join(sorted(SGLANG_FORMATS))}, or a pattern",
+            )
+        )
     groups = [g for g in _STRING_GROUPS if any(k in value for k in g)]
-    out += [Unsupported(k, pointer, f"xgrammar cannot enforce it together with "
-                        f"`{groups[0][0]}`; keep one of format, pattern, minLength/maxLength")
-            for group in groups[1:] for k in group if k in value]
+    out += [
+        Unsupported(
+            k,
+            pointer,
+            f"xgrammar cannot enforce it together with "
+            f"`{groups[0][0]}`; keep one of format, pattern, minLength/maxLength",
+        )
+        for group in groups[1:]
+        for k in group
+        if k in value
+    ]
     pattern = value.get("pattern")
     reason = pattern_problem(pattern) if isinstance(pattern, str) else None
     if reason:
@@ -132,21 +179,37 @@ def _object_problems(value: dict[str, Any], pointer: str) -> list[Unsupported]:
     required = member_list(value, "required")
     missing = [n for n in required if n not in props]
     if missing:
-        out.append(Unsupported("required", pointer, f"{missing} not declared in properties; "
-                               "xgrammar ignores such names: declare them under properties"))
+        out.append(
+            Unsupported(
+                "required",
+                pointer,
+                f"{missing} not declared in properties; xgrammar ignores such names: declare them under properties",
+            )
+        )
     patterns = value.get("patternProperties")
     if isinstance(patterns, dict) and patterns:
         reason = _pattern_properties_problem(patterns, props)
         if reason:
             out.append(Unsupported("patternProperties", pointer, reason))
     if "propertyNames" in value and (props or not isinstance(value["propertyNames"], dict)):
-        out.append(Unsupported("propertyNames", pointer, "only enforced as a schema object and "
-                               "without properties beside it (declared names bypass it)"))
+        out.append(
+            Unsupported(
+                "propertyNames",
+                pointer,
+                "only enforced as a schema object and without properties beside it (declared names bypass it)",
+            )
+        )
     extra_keys = any(k in value for k in ("patternProperties", "propertyNames")) or any(
-        value.get(k, False) is not False for k in ("additionalProperties", "unevaluatedProperties"))
+        value.get(k, False) is not False for k in ("additionalProperties", "unevaluatedProperties")
+    )
     if "minProperties" in value and extra_keys:
-        out.append(Unsupported("minProperties", pointer, "xgrammar may repeat undeclared keys, "
-                               "so the count is not exact; set additionalProperties: false"))
+        out.append(
+            Unsupported(
+                "minProperties",
+                pointer,
+                "xgrammar may repeat undeclared keys, so the count is not exact; set additionalProperties: false",
+            )
+        )
     return out
 
 
@@ -162,8 +225,10 @@ def _pattern_properties_problem(patterns: dict[str, Any], props: dict[str, Any])
     except re.error:
         return None  # the compiler reports the invalid regex
     if clash:
-        return f"declared properties {clash} also match {pattern!r}; xgrammar checks them " \
-               "against their property schema only"
+        return (
+            f"declared properties {clash} also match {pattern!r}; xgrammar checks them "
+            "against their property schema only"
+        )
     return None
 
 
@@ -183,8 +248,13 @@ def _value_problems(value: dict[str, Any], pointer: str, root: Any) -> list[Unsu
         except (RecursionError, LookupError, ValueError, TypeError):
             bad = "(could not check)"
         if bad is not _OK:
-            out.append(Unsupported(key, pointer, f"value {json.dumps(bad)[:60]} violates the "
-                                   f"sibling keywords, which xgrammar ignores next to {key}"))
+            out.append(
+                Unsupported(
+                    key,
+                    pointer,
+                    f"value {json.dumps(bad)[:60]} violates the sibling keywords, which xgrammar ignores next to {key}",
+                )
+            )
     return out
 
 

@@ -144,7 +144,7 @@ def _tagged_auto(fmt: ToolFormat, tags: list[dict[str, Any]], parallel: bool) ->
     call's end marker; further calls sit inside it, each after the separator.
     """
     start, end = fmt.call_start, fmt.call_end
-    bodies = [dict(t, begin=t["begin"][len(start):], end=t["end"][: -len(end)]) for t in tags]
+    bodies = [dict(t, begin=t["begin"][len(start) :], end=t["end"][: -len(end)]) for t in tags]
     closed = [dict(t, end=t["end"][: -len(end)]) for t in tags]
     more = _seq({"type": "const_string", "value": end}, _separator(fmt), _one_of(closed))
     group = {"type": "tag", "begin": start, "content": _repeated(_one_of(bodies), more, parallel), "end": end}

@@ -52,8 +52,12 @@ def compile_text(compiler: Any, kind: Kind, text: str, *, any_whitespace: bool =
     if isinstance(tag, dict) and tag.get("structures") is not None:  # SGLang's legacy format
         import xgrammar
 
-        items = [xgrammar.StructuralTagItem(begin=s["begin"], end=s["end"], schema=json.dumps(
-            {} if s.get("schema") is None else s["schema"])) for s in tag["structures"]]
+        items = [
+            xgrammar.StructuralTagItem(
+                begin=s["begin"], end=s["end"], schema=json.dumps({} if s.get("schema") is None else s["schema"])
+            )
+            for s in tag["structures"]
+        ]
         legacy = xgrammar.StructuralTag.from_legacy_structural_tag(items, tag["triggers"])
         legacy.format.at_least_one = tag.get("at_least_one", False)
         return compiler.compile_structural_tag(legacy)

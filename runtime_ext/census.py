@@ -34,7 +34,10 @@ def census(scheduler: Any) -> dict[str, int]:
     tree_pages = torch.unique(_tree_locs(tree) // page)
     running = getattr(scheduler, "running_batch", None)
     return {
-        "total": total, "free": free, "tree_evictable": evictable, "tree_protected": protected,
+        "total": total,
+        "free": free,
+        "tree_evictable": evictable,
+        "tree_protected": protected,
         "held_by_requests": total - free - evictable - protected,
         "running_requests": 0 if running is None else len(running.reqs),
         "tree_pages_free": int(torch.isin(tree_pages, free_pages).sum()),

@@ -17,8 +17,7 @@ from runtime_ext.state import PluginState
 
 INTERNAL_STATE_KEY = "structserve_runtime_ext"  # the service reads the report under this key
 _INTERNAL_STATE_TARGET = (
-    "sglang.srt.managers.scheduler_components.internal_state."
-    "SchedulerInternalStateController.get_internal_state"
+    "sglang.srt.managers.scheduler_components.internal_state.SchedulerInternalStateController.get_internal_state"
 )
 _STATE = PluginState()  # this process's
 
@@ -27,9 +26,15 @@ def plugin_report() -> dict[str, Any]:
     """What the plugin says about itself in the process that calls this (in the scheduler:
     also the KV-cache method its pool was built with)."""
     state = _STATE
-    return {"version": __version__, "pid": os.getpid(), "registered": os.getpid() in state.registered_pids,
-            "kv_cache": state.kv_cache.method_name(), "kv_cache_stats": state.kv_cache.method_stats(),
-            "quant": state.quant.report(), "prefix_cache": state.prefix_cache.report()}
+    return {
+        "version": __version__,
+        "pid": os.getpid(),
+        "registered": os.getpid() in state.registered_pids,
+        "kv_cache": state.kv_cache.method_name(),
+        "kv_cache_stats": state.kv_cache.method_stats(),
+        "quant": state.quant.report(),
+        "prefix_cache": state.prefix_cache.report(),
+    }
 
 
 def pool_report(scheduler: Any) -> dict[str, int]:

@@ -14,7 +14,9 @@ DEFAULT_MODEL_ASSET = "smollm2"
 
 
 def serve(
-    model: Annotated[Optional[Path], typer.Option(help="Model directory (HF layout). Default: the embedded SmolLM2.")] = None,
+    model: Annotated[
+        Optional[Path], typer.Option(help="Model directory (HF layout). Default: the embedded SmolLM2.")
+    ] = None,
     config: Annotated[Optional[Path], typer.Option(help="YAML file overriding configs/default.yaml.")] = None,
     host: Annotated[Optional[str], typer.Option(help="Bind address.")] = None,
     port: Annotated[Optional[int], typer.Option(help="Port.")] = None,
@@ -32,10 +34,19 @@ def serve(
     model_path = settings.model or _default_model(settings.cache_dir)
     served = settings.served_model_name or model_path.name
     api = create_app(settings, model_path, served)
-    server = DrainingServer(uvicorn.Config(api, host=settings.host, port=settings.port, access_log=False,
-                                           log_level=settings.log_level.lower(), log_config=None,
-                                           timeout_graceful_shutdown=int(settings.drain_timeout_s) + 5),
-                            api.state.service, settings.drain_timeout_s)
+    server = DrainingServer(
+        uvicorn.Config(
+            api,
+            host=settings.host,
+            port=settings.port,
+            access_log=False,
+            log_level=settings.log_level.lower(),
+            log_config=None,
+            timeout_graceful_shutdown=int(settings.drain_timeout_s) + 5,
+        ),
+        api.state.service,
+        settings.drain_timeout_s,
+    )
     api.state.on_engine_failure = lambda: setattr(server, "should_exit", True)
     _exit_zero_after_graceful_sigterm(server)
     server.run()
@@ -70,7 +81,8 @@ def _default_model(cache_dir: Optional[Path]) -> Path:
         raise typer.Exit(1)
 
 
-app = typer.Typer(help="structserve: OpenAI-compatible structured generation on SGLang (serve only).",
-                  no_args_is_help=True)
+app = typer.Typer(
+    help="structserve: OpenAI-compatible structured generation on SGLang (serve only).", no_args_is_help=True
+)
 app.callback()(lambda: None)  # a group even with one command: ``python -m service serve ...``
 app.command()(serve)

@@ -253,7 +253,11 @@ def _abort_error(message: str, status: int | None, plan: GenerationPlan) -> Serv
         return InvalidRequestError(
             f"the grammar engine could not compile the constraint built from '{param}' (a "
             "compile error or timeout); simplify that schema",
-            param=param, code="grammar_compile_failed")
-    return EngineError("the grammar engine failed while enforcing the output constraint; "
-                       "the request was not completed (a server-side error, logged)",
-                       code="grammar_engine_error")
+            param=param,
+            code="grammar_compile_failed",
+        )
+    return EngineError(
+        "the grammar engine failed while enforcing the output constraint; "
+        "the request was not completed (a server-side error, logged)",
+        code="grammar_engine_error",
+    )

@@ -63,8 +63,9 @@ class TokenBucket:
         if tokens < 1.0:
             wait = math.ceil((1.0 - tokens) / self.rate)
             self._state[key] = (tokens, now)
-            raise OverloadedError(f"rate limit: {self.rate * 60:g} requests per minute for this key; "
-                                  f"retry in {wait} s", retry_after=wait)
+            raise OverloadedError(
+                f"rate limit: {self.rate * 60:g} requests per minute for this key; retry in {wait} s", retry_after=wait
+            )
         self._state[key] = (tokens - 1.0, now)
 
 
@@ -83,9 +84,12 @@ class Admission:
             self.running += 1
             return
         if len(self._waiters) >= self.max_queued:
-            raise OverloadedError(f"server busy: {self.running} requests running and {self.queued} queued "
-                                  f"(limit {self.max_running} + {self.max_queued}); retry later",
-                                  retry_after=self.retry_after, code="server_busy")
+            raise OverloadedError(
+                f"server busy: {self.running} requests running and {self.queued} queued "
+                f"(limit {self.max_running} + {self.max_queued}); retry later",
+                retry_after=self.retry_after,
+                code="server_busy",
+            )
         waiter = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         try:

@@ -17,8 +17,12 @@ _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "color
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        out = {"ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
-               "level": record.levelname.lower(), "logger": record.name, "message": record.getMessage()}
+        out = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
         if (rid := REQUEST_ID.get()) is not None:
             out["request_id"] = rid
         out |= {k: v for k, v in vars(record).items() if k not in _STANDARD and not k.startswith("_")}

@@ -65,8 +65,12 @@ def _formats(settings: Settings, template: HFChatTemplate) -> tuple[ModelFormats
     fmt = select_reasoning_format(r.format, template.model_type, r.start, r.end)
     setup = ReasoningSetup.build(fmt, template.encode) if fmt is not None else None
     policy = ReasoningPolicy(r.default_thinking, tuple(r.effort_budgets.items())) if setup else None
-    log.info("tool-call format: %s (template renders tools: %s); reasoning format: %s",
-             tools.name, template.renders_tools, fmt.name if fmt else "none")
+    log.info(
+        "tool-call format: %s (template renders tools: %s); reasoning format: %s",
+        tools.name,
+        template.renders_tools,
+        fmt.name if fmt else "none",
+    )
     return ModelFormats(tools, setup), policy
 
 
@@ -105,8 +109,17 @@ def _add_gate(app: FastAPI, settings: Settings, state: ServiceState) -> None:
     keys = KeyRing(load_keys(settings.api_keys, settings.api_keys_file))
     state.admission = Admission(lim.max_running, lim.max_queued, lim.retry_after_s)
     bucket = TokenBucket(lim.rate_limit_per_minute, lim.rate_limit_burst) if lim.rate_limit_per_minute else None
-    app.add_middleware(Gate, keys=keys, max_body=lim.max_body_bytes, admission=state.admission, bucket=bucket,
-                       not_ready=state.not_ready_reason)
+    app.add_middleware(
+        Gate,
+        keys=keys,
+        max_body=lim.max_body_bytes,
+        admission=state.admission,
+        bucket=bucket,
+        not_ready=state.not_ready_reason,
+    )
     app.add_middleware(RequestContext, counters=state.counters)
-    log.info("API keys: %s; limits: %s", f"{len(keys.keys)} configured" if keys.enabled else "off (open API)",
-             lim.model_dump())
+    log.info(
+        "API keys: %s; limits: %s",
+        f"{len(keys.keys)} configured" if keys.enabled else "off (open API)",
+        lim.model_dump(),
+    )

@@ -8,14 +8,26 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 REGISTRY = CollectorRegistry()
 REQUESTS = Counter("structserve_requests", "HTTP requests by route and status", ["route", "status"], registry=REGISTRY)
-LATENCY = Histogram("structserve_request_seconds", "End-to-end request time by route (streams: until the last byte)",
-                    ["route"], registry=REGISTRY,
-                    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128))
-TTFT = Histogram("structserve_time_to_first_token_seconds",
-                 "Streaming chat completions: time from the request to its first generated token",
-                 registry=REGISTRY, buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32))
-TOKENS = Counter("structserve_tokens", "Tokens served: prompt, cached (prompt tokens reused from the prefix cache, "
-                 "any backend), completion (reasoning included), reasoning", ["kind"], registry=REGISTRY)
+LATENCY = Histogram(
+    "structserve_request_seconds",
+    "End-to-end request time by route (streams: until the last byte)",
+    ["route"],
+    registry=REGISTRY,
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128),
+)
+TTFT = Histogram(
+    "structserve_time_to_first_token_seconds",
+    "Streaming chat completions: time from the request to its first generated token",
+    registry=REGISTRY,
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32),
+)
+TOKENS = Counter(
+    "structserve_tokens",
+    "Tokens served: prompt, cached (prompt tokens reused from the prefix cache, "
+    "any backend), completion (reasoning included), reasoning",
+    ["kind"],
+    registry=REGISTRY,
+)
 ACTIVE = Gauge("structserve_requests_running", "Chat requests admitted and being served", registry=REGISTRY)
 QUEUED = Gauge("structserve_requests_queued", "Chat requests waiting for admission", registry=REGISTRY)
 KV_USED = Gauge("structserve_kv_used_tokens", "KV pool tokens held by running requests", registry=REGISTRY)
@@ -33,8 +45,9 @@ KV_METHOD = Gauge(
     ["method"],
     registry=REGISTRY,
 )
-KV_POOL_BYTES = Gauge("structserve_kv_pool_bytes", "KV pool memory as allocated (values, scales, side buffers)",
-                      registry=REGISTRY)
+KV_POOL_BYTES = Gauge(
+    "structserve_kv_pool_bytes", "KV pool memory as allocated (values, scales, side buffers)", registry=REGISTRY
+)
 KV_RESIDUAL = Gauge(
     "structserve_kv_residual",
     "C8-S residual side buffer: outlier_rate (share of stored vectors above tau), slots_used, slots, dropped, "
@@ -42,23 +55,37 @@ KV_RESIDUAL = Gauge(
     ["stat"],
     registry=REGISTRY,
 )
-QUANT_LAYERS = Gauge("structserve_quantized_linear_layers",
-                     "Linear modules of the served model by state (quantized, kept in high precision)", ["state"],
-                     registry=REGISTRY)
-PREFIX_CACHE = Gauge("structserve_prefix_cache",
-                     "runtime_ext's combined-block prefix cache since start: hit_tokens, miss_tokens, "
-                     "abandoned_pages (matched but in an incomplete unit), evicted_tokens, "
-                     "draft_dropped_pages (EAGLE: last page recomputed)", ["stat"], registry=REGISTRY)
-KV_CENSUS = Gauge("structserve_kv_pool_census",
-                  "KV pool token slots by holder (free, tree_evictable, tree_protected, held_by_requests) and "
-                  "consistency counts that must stay 0 (tree_pages_free: use-after-free, duplicate_free_pages)",
-                  ["part"], registry=REGISTRY)
+QUANT_LAYERS = Gauge(
+    "structserve_quantized_linear_layers",
+    "Linear modules of the served model by state (quantized, kept in high precision)",
+    ["state"],
+    registry=REGISTRY,
+)
+PREFIX_CACHE = Gauge(
+    "structserve_prefix_cache",
+    "runtime_ext's combined-block prefix cache since start: hit_tokens, miss_tokens, "
+    "abandoned_pages (matched but in an incomplete unit), evicted_tokens, "
+    "draft_dropped_pages (EAGLE: last page recomputed)",
+    ["stat"],
+    registry=REGISTRY,
+)
+KV_CENSUS = Gauge(
+    "structserve_kv_pool_census",
+    "KV pool token slots by holder (free, tree_evictable, tree_protected, held_by_requests) and "
+    "consistency counts that must stay 0 (tree_pages_free: use-after-free, duplicate_free_pages)",
+    ["part"],
+    registry=REGISTRY,
+)
 GRAMMAR_COMPILE_SECONDS = Histogram(
-    "structserve_grammar_compile_seconds", "Grammar compile time (cache misses)", ["kind"], registry=REGISTRY,
+    "structserve_grammar_compile_seconds",
+    "Grammar compile time (cache misses)",
+    ["kind"],
+    registry=REGISTRY,
     buckets=(0.001, 0.005, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
-GRAMMAR_CACHE = Counter("structserve_grammar_cache", "Grammar compile cache lookups", ["kind", "result"],
-                        registry=REGISTRY)
+GRAMMAR_CACHE = Counter(
+    "structserve_grammar_cache", "Grammar compile cache lookups", ["kind", "result"], registry=REGISTRY
+)
 SCHEMA_VALIDATION_FAILURES = Counter(
     "structserve_schema_validation_failures",
     "JSON outputs failing post-validation (reason: truncated by max_tokens, or invalid)",

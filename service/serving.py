@@ -31,8 +31,11 @@ class DrainingServer(uvicorn.Server):
         if sig == signal.SIGTERM and self.started and self.drain_deadline is None:
             self.state.draining = True
             self.drain_deadline = time.monotonic() + self.drain_timeout_s
-            log.info("SIGTERM: draining %d in-flight request(s), at most %.0f s",
-                     self.state.counters["inflight"], self.drain_timeout_s)
+            log.info(
+                "SIGTERM: draining %d in-flight request(s), at most %.0f s",
+                self.state.counters["inflight"],
+                self.drain_timeout_s,
+            )
             return
         super().handle_exit(sig, frame)
 

@@ -54,8 +54,9 @@ class ReasoningSettings(BaseModel):
     start: str | None = None
     end: str | None = None
     default_thinking: bool = True
-    effort_budgets: dict[str, int | None] = Field(default_factory=lambda: {
-        "minimal": 64, "low": 256, "medium": 1024, "high": 4096, "xhigh": 8192, "max": None})
+    effort_budgets: dict[str, int | None] = Field(
+        default_factory=lambda: {"minimal": 64, "low": 256, "medium": 1024, "high": 4096, "xhigh": 8192, "max": None}
+    )
 
 
 class QuantSettings(BaseModel):
@@ -100,9 +101,7 @@ class LimitsSettings(BaseModel):
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(
-        env_prefix="STRUCTSERVE_", env_nested_delimiter="__", extra="forbid"
-    )
+    model_config = SettingsConfigDict(env_prefix="STRUCTSERVE_", env_nested_delimiter="__", extra="forbid")
 
     model: Path | None = None
     served_model_name: str | None = None

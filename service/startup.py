@@ -57,13 +57,19 @@ class ModelInfo:
     def read(cls, model_dir: Path) -> ModelInfo:
         path = model_dir / "config.json"
         config = json.loads(path.read_text()) if path.is_file() else {}
-        return cls(path=model_dir, model_type=config.get("model_type"), kv_shape=_kv_shape(config),
-                   tensors=_tensor_shapes(model_dir), quant_description=modelslim.read(model_dir))
+        return cls(
+            path=model_dir,
+            model_type=config.get("model_type"),
+            kv_shape=_kv_shape(config),
+            tensors=_tensor_shapes(model_dir),
+            quant_description=modelslim.read(model_dir),
+        )
 
     def require_kv_shape(self) -> tuple[int, int, int]:
         if self.kv_shape is None:
-            raise ValueError(f"{self.path}/config.json lacks the KV shape (num_hidden_layers, "
-                             "num_attention_heads, hidden_size)")
+            raise ValueError(
+                f"{self.path}/config.json lacks the KV shape (num_hidden_layers, num_attention_heads, hidden_size)"
+            )
         return self.kv_shape
 
 
@@ -96,8 +102,10 @@ def check_kv_cache(settings: Settings, info: ModelInfo) -> Calibration | None:
     if settings.kv_cache not in STATIC_MODES:
         return None
     if settings.kv_calibration is None:
-        raise ValueError(f"kv_cache {settings.kv_cache} needs kv_calibration (STRUCTSERVE_KV_CALIBRATION): a file "
-                         "from `structserve kv calibrate --model ... --out FILE`")
+        raise ValueError(
+            f"kv_cache {settings.kv_cache} needs kv_calibration (STRUCTSERVE_KV_CALIBRATION): a file "
+            "from `structserve kv calibrate --model ... --out FILE`"
+        )
     return load_calibration(settings.kv_calibration, *info.require_kv_shape())
 
 
@@ -117,8 +125,12 @@ def quant_setup(settings: Settings, info: ModelInfo) -> tuple[str | None, QuantP
     if description is not None:
         modelslim.check_tensors(description, info.tensors, GROUP_SIZES)
         if settings.quantization != "none":
-            log.warning("%s has its own %s: serving it as described (quantization=%s ignored)",
-                        info.path, modelslim.DESCRIPTION, settings.quantization)
+            log.warning(
+                "%s has its own %s: serving it as described (quantization=%s ignored)",
+                info.path,
+                modelslim.DESCRIPTION,
+                settings.quantization,
+            )
         return "structserve_modelslim", QuantPolicy("w8a8_dynamic", stage_aware=settings.quant.stage_aware)
     if settings.quantization == "none":
         return None, None
@@ -127,8 +139,9 @@ def quant_setup(settings: Settings, info: ModelInfo) -> tuple[str | None, QuantP
     if q.sensitive_layers is not None:
         keep += load_sensitive_layers(q.sensitive_layers)
     check_keep(keep, linear_layer_names(list(info.tensors)))
-    return f"structserve_{settings.quantization}", QuantPolicy(settings.quantization, q.group_size, q.stage_aware,
-                                                               tuple(keep))
+    return f"structserve_{settings.quantization}", QuantPolicy(
+        settings.quantization, q.group_size, q.stage_aware, tuple(keep)
+    )
 
 
 @dataclass(frozen=True)
@@ -147,9 +160,18 @@ def engine_setup(settings: Settings, info: ModelInfo) -> EngineSetup:
     runtime = replace(  # the attention choice has no setting: it stays what the environment says
         RuntimeExtConfig.from_env(),
         kv_calibration=settings.kv_calibration.resolve() if calib is not None else None,
-        quant_policy=policy, combine_blocks=prefix.combine_blocks, prefix_events=prefix.events_path)
-    options = EngineOptions(model_path=info.path, engine=engine, dtype=settings.dtype, kv_cache=settings.kv_cache,
-                            quantization=method, prefix_cache=prefix.backend)
+        quant_policy=policy,
+        combine_blocks=prefix.combine_blocks,
+        prefix_events=prefix.events_path,
+    )
+    options = EngineOptions(
+        model_path=info.path,
+        engine=engine,
+        dtype=settings.dtype,
+        kv_cache=settings.kv_cache,
+        quantization=method,
+        prefix_cache=prefix.backend,
+    )
     return EngineSetup(options, runtime)
 
 

@@ -26,7 +26,10 @@ class HFChatTemplate:
         self.model_type = model_type  # ModelInfo.model_type (config.json's)
 
     def render(
-        self, messages: Sequence[Message], tools: Sequence[ToolDef] = (), suffix: str = "",
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolDef] = (),
+        suffix: str = "",
         kwargs: tuple[tuple[str, Any], ...] = (),
     ) -> list[int]:
         """The prompt ids; ``suffix`` is appended after the generation prompt, ``kwargs``
@@ -36,7 +39,10 @@ class HFChatTemplate:
         conversation = [_as_dict(m) for m in messages]
         try:
             text = self.tokenizer.apply_chat_template(
-                conversation, tools=[_tool(t) for t in tools] or None, tokenize=False, add_generation_prompt=True,
+                conversation,
+                tools=[_tool(t) for t in tools] or None,
+                tokenize=False,
+                add_generation_prompt=True,
                 **dict(kwargs),
             )
         except (TemplateError, TypeError) as exc:

@@ -124,7 +124,8 @@ class ReasoningSetup:
             if len(ids) != 1:
                 raise ReasoningMarkerError(
                     f"reasoning format {fmt.name!r}: marker {marker!r} is {len(ids)} tokens {ids} in this "
-                    "tokenizer, not one; set reasoning.format to one whose markers are single tokens (or none)")
+                    "tokenizer, not one; set reasoning.format to one whose markers are single tokens (or none)"
+                )
         return cls(fmt, encode(fmt.end)[0], tuple(encode(fmt.forced_end)), tuple(encode(fmt.separator)))
 
     def plan(self, budget: int | None) -> ReasoningPlan:
@@ -302,7 +303,10 @@ class ChatTemplate(Protocol):
     renders_tools: bool
 
     def render(
-        self, messages: Sequence[Message], tools: Sequence[ToolDef] = (), suffix: str = "",
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolDef] = (),
+        suffix: str = "",
         kwargs: tuple[tuple[str, Any], ...] = (),
     ) -> list[int]: ...
 

@@ -26,8 +26,9 @@ def _server(model_dir, name: str, **env: str):
 def qwen_server(assets):
     """structserve on the tiny random-weight Qwen3 (protocol tests), float32. Thinking is off
     unless a request turns it on: the random model never closes its reasoning block."""
-    server = _server(assets.qwen3_tiny, "qwen", STRUCTSERVE_DTYPE="float32",
-                     STRUCTSERVE_REASONING__DEFAULT_THINKING="false")
+    server = _server(
+        assets.qwen3_tiny, "qwen", STRUCTSERVE_DTYPE="float32", STRUCTSERVE_REASONING__DEFAULT_THINKING="false"
+    )
     yield server
     code = server.stop()
     assert code == 0, f"SIGTERM must shut the server down gracefully (exit 0), got {code}"
@@ -48,8 +49,12 @@ def scripted_server(assets, tmp_path_factory):
     and engine, with test-chosen sampling params for reasoning phases and ``…-scripted``
     requests (tests/api/test_reasoning.py, tests/api/test_tool_stop.py)."""
     path = tmp_path_factory.mktemp("script") / "script.json"
-    server = ServerProcess(assets.qwen3_tiny, "qwen-scripted", module="tests.scripted_serve",
-                           env={"STRUCTSERVE_DTYPE": "float32", SCRIPT_ENV: str(path)})
+    server = ServerProcess(
+        assets.qwen3_tiny,
+        "qwen-scripted",
+        module="tests.scripted_serve",
+        env={"STRUCTSERVE_DTYPE": "float32", SCRIPT_ENV: str(path)},
+    )
     server.start()
     yield ScriptedServer(server, path)
     assert server.stop() == 0
@@ -70,11 +75,18 @@ def c8_server(assets, tmp_path_factory):
 
     calib = tmp_path_factory.mktemp("kv") / "qwen3-tiny.json"
     calibrate(assets.qwen3_tiny, calibration_text(), tokens=512).save(calib)
-    server = _server(assets.qwen3_tiny, "qwen-c8", STRUCTSERVE_DTYPE="float32",
-                     STRUCTSERVE_KV_CACHE="c8_static_residual", STRUCTSERVE_KV_CALIBRATION=str(calib),
-                     STRUCTSERVE_ENGINE__KV_CACHE_BYTES=str(C8_BUDGET), STRUCTSERVE_REASONING__DEFAULT_THINKING="false",
-                     STRUCTSERVE_QUANTIZATION="w8a8_dynamic", STRUCTSERVE_QUANT__IGNORE=f'["{C8_KEPT_LAYER}"]',
-                     STRUCTSERVE_PREFIX_CACHE__BACKEND="combined")
+    server = _server(
+        assets.qwen3_tiny,
+        "qwen-c8",
+        STRUCTSERVE_DTYPE="float32",
+        STRUCTSERVE_KV_CACHE="c8_static_residual",
+        STRUCTSERVE_KV_CALIBRATION=str(calib),
+        STRUCTSERVE_ENGINE__KV_CACHE_BYTES=str(C8_BUDGET),
+        STRUCTSERVE_REASONING__DEFAULT_THINKING="false",
+        STRUCTSERVE_QUANTIZATION="w8a8_dynamic",
+        STRUCTSERVE_QUANT__IGNORE=f'["{C8_KEPT_LAYER}"]',
+        STRUCTSERVE_PREFIX_CACHE__BACKEND="combined",
+    )
     yield server
     code = server.stop()
     assert code == 0, f"SIGTERM must shut the server down gracefully (exit 0), got {code}"

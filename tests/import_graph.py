@@ -104,8 +104,13 @@ def _layer_violations(names: dict[str, set[str]], files: dict[str, Path], root: 
         mine = module.split(".")[0]
         for theirs in sorted({n.split(".")[0] for n in found} & ALLOWED.keys() - ALLOWED[mine] - {mine}):
             targets = ", ".join(sorted(n for n in found if n.split(".")[0] == theirs))
-            out.append(Violation("layer", files[module].relative_to(root).as_posix(),
-                                 f"{mine} may not import {theirs} (imports {targets})"))
+            out.append(
+                Violation(
+                    "layer",
+                    files[module].relative_to(root).as_posix(),
+                    f"{mine} may not import {theirs} (imports {targets})",
+                )
+            )
     return out
 
 

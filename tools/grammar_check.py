@@ -25,8 +25,9 @@ from grammars.canonical import deref, json_equal
 
 __all__ = ["TokenWalk", "grammar_app", "grammar_text", "walk_tokens"]
 
-grammar_app = typer.Typer(help="Grammar tools: JSON-Schema policy and compile checks.",
-                          no_args_is_help=True, add_completion=False)
+grammar_app = typer.Typer(
+    help="Grammar tools: JSON-Schema policy and compile checks.", no_args_is_help=True, add_completion=False
+)
 
 _MAX_SELECT = 64
 _LOG_PREFIX = re.compile(r"^\[[\d:]+\] \S+:\d+: ", re.M)
@@ -64,13 +65,16 @@ def walk_tokens(compiled: Any, tokenizer: Any, text: str) -> TokenWalk:
         if not _allowed(bitmask, token) or not matcher.accept_token(token):
             prefix = tokenizer.decode(ids[:index])[-40:]
             piece = tokenizer.decode([token])
-            return TokenWalk(False, len(ids), index,
-                             f"token {index} {piece!r} refused after ...{prefix!r}")
+            return TokenWalk(False, len(ids), index, f"token {index} {piece!r} refused after ...{prefix!r}")
     matcher.fill_next_token_bitmask(bitmask)
     stops = [t for t in matcher.stop_token_ids if _allowed(bitmask, t)]
     if not stops or not matcher.accept_token(stops[0]) or not matcher.is_terminated():
-        return TokenWalk(False, len(ids), len(ids), "the grammar does not allow stopping "
-                         "after the last token (the text is incomplete for it)")
+        return TokenWalk(
+            False,
+            len(ids),
+            len(ids),
+            "the grammar does not allow stopping after the last token (the text is incomplete for it)",
+        )
     return TokenWalk(True, len(ids), None, f"{len(ids)} tokens + stop accepted")
 
 
@@ -97,17 +101,14 @@ def _emit(value: Any, node: Any, root: Any) -> str:
         options = [node["const"]] if "const" in node else node.get("enum") or []
         return _compact(next((o for o in options if json_equal(o, value)), value))
     if isinstance(value, dict):
-        parts = [f"{_dump(k)}: {_emit(value[k], _member_schema(node, k), root)}"
-                 for k in _member_order(node, value)]
+        parts = [f"{_dump(k)}: {_emit(value[k], _member_schema(node, k), root)}" for k in _member_order(node, value)]
         return "{" + ", ".join(parts) + "}"
     if isinstance(value, list):
         prefix = node.get("prefixItems") if isinstance(node.get("prefixItems"), list) else []
-        items = [_emit(v, prefix[i] if i < len(prefix) else node.get("items", {}), root)
-                 for i, v in enumerate(value)]
+        items = [_emit(v, prefix[i] if i < len(prefix) else node.get("items", {}), root) for i, v in enumerate(value)]
         return "[" + ", ".join(items) + "]"
     types = node.get("type")
-    integer_only = types == "integer" or (isinstance(types, list) and "integer" in types
-                                          and "number" not in types)
+    integer_only = types == "integer" or (isinstance(types, list) and "integer" in types and "number" not in types)
     if isinstance(value, float) and value.is_integer() and integer_only:
         return str(int(value))
     return _dump(value)
@@ -134,8 +135,9 @@ def _select(value: Any, node: Any, root: Any) -> Any:
     for _ in range(_MAX_SELECT):
         if not isinstance(node, dict):
             return node
-        branches = next((node[k] for k in ("allOf", "anyOf", "oneOf")
-                         if isinstance(node.get(k), list) and node[k]), None)
+        branches = next(
+            (node[k] for k in ("allOf", "anyOf", "oneOf") if isinstance(node.get(k), list) and node[k]), None
+        )
         if branches is None or "const" in node or "enum" in node:
             return node
         node = deref(_first_valid(value, branches, root), root)
@@ -179,13 +181,16 @@ def _member_schema(node: dict[str, Any], key: str) -> Any:
 @grammar_app.command("check")
 def check(
     schema: Annotated[Path, typer.Argument(help="JSON Schema file ('-' reads stdin).")],
-    instance: Annotated[Optional[list[Path]], typer.Option(
-        "--instance", "-i", help="A JSON instance file to walk through the grammar "
-        "(repeatable).")] = None,
-    tokenizer: Annotated[Optional[Path], typer.Option(
-        help="HF tokenizer/model dir (default: the SmolLM2 asset).")] = None,
-    allow_loosening: Annotated[bool, typer.Option(
-        "--allow-loosening", help="Drop unsupported keywords instead of failing.")] = False,
+    instance: Annotated[
+        Optional[list[Path]],
+        typer.Option("--instance", "-i", help="A JSON instance file to walk through the grammar (repeatable)."),
+    ] = None,
+    tokenizer: Annotated[
+        Optional[Path], typer.Option(help="HF tokenizer/model dir (default: the SmolLM2 asset).")
+    ] = None,
+    allow_loosening: Annotated[
+        bool, typer.Option("--allow-loosening", help="Drop unsupported keywords instead of failing.")
+    ] = False,
 ) -> None:
     """Check SCHEMA against the keyword policy, compile it, and test instances."""
     from grammars.errors import GrammarError
@@ -232,8 +237,7 @@ def _compile(canonical: str, tokenizer_dir: Path | None) -> tuple[Any, Any]:
     tok, compiler = load_compiler(tokenizer_dir)
     began = time.perf_counter()
     try:
-        compiled, warnings = capture_warnings(lambda: compile_text(compiler, "json_schema",
-                                                                   canonical))
+        compiled, warnings = capture_warnings(lambda: compile_text(compiler, "json_schema", canonical))
     except RuntimeError as exc:
         typer.echo(f"grammar_compile_failed: {_LOG_PREFIX.sub('', str(exc)).strip()}")
         raise typer.Exit(1) from None
@@ -241,8 +245,10 @@ def _compile(canonical: str, tokenizer_dir: Path | None) -> tuple[Any, Any]:
         typer.echo(f"unsupported (xgrammar warning): {warning}")
     if warnings:
         raise typer.Exit(1)
-    typer.echo(f"compiled in {(time.perf_counter() - began) * 1000:.1f} ms "
-               f"(tokenizer {tokenizer_dir}, vocab {compiled.tokenizer_info.vocab_size})")
+    typer.echo(
+        f"compiled in {(time.perf_counter() - began) * 1000:.1f} ms "
+        f"(tokenizer {tokenizer_dir}, vocab {compiled.tokenizer_info.vocab_size})"
+    )
     return compiled, tok
 
 
@@ -253,6 +259,8 @@ def _check_instance(path: Path, value: Any, schema: Any, compiled: Any, tok: Any
     text = grammar_text(value, schema)
     walk = walk_tokens(compiled, tok, text)
     verdict = "accepted" if walk.accepted else "REJECTED"
-    typer.echo(f"{path}: {verdict} ({walk.detail}); schema-valid: {'yes' if valid else 'no'}; "
-               f"text: {text[:80]}{'...' if len(text) > 80 else ''}")
+    typer.echo(
+        f"{path}: {verdict} ({walk.detail}); schema-valid: {'yes' if valid else 'no'}; "
+        f"text: {text[:80]}{'...' if len(text) > 80 else ''}"
+    )
     return walk.accepted

@@ -25,11 +25,17 @@ kv_app = typer.Typer(help="C8 INT8 KV cache: calibration.", no_args_is_help=True
 
 def _chunks(ids: list[int], size: int) -> Iterable[list[int]]:
     for start in range(0, len(ids) - 1, size):
-        yield ids[start:start + size]
+        yield ids[start : start + size]
 
 
-def calibrate(model_dir: Path, text: str, *, tokens: int = 2048, chunk: int = 256,
-              progress: Callable[[Iterable[Any]], Iterable[Any]] = lambda it: it) -> Calibration:
+def calibrate(
+    model_dir: Path,
+    text: str,
+    *,
+    tokens: int = 2048,
+    chunk: int = 256,
+    progress: Callable[[Iterable[Any]], Iterable[Any]] = lambda it: it,
+) -> Calibration:
     """Scales and τ for ``model_dir`` from the first ``tokens`` tokens of ``text``."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -53,23 +59,38 @@ def calibrate(model_dir: Path, text: str, *, tokens: int = 2048, chunk: int = 25
     v = [torch.cat(parts) for parts in values]
     k_scale = [(x.abs().amax(dim=0) / kv_ref.INT8_MAX).clamp_min(1e-8) for x in k]
     v_scale = [(x.abs().amax(dim=0) / kv_ref.INT8_MAX).clamp_min(1e-8) for x in v]
-    eps = torch.cat([kv_ref.relative_error(x, kv_ref.dequantize_static(kv_ref.quantize_static(x, s), s, torch.float32))
-                     .flatten() for x, s in zip(k + v, k_scale + v_scale)])
+    eps = torch.cat(
+        [
+            kv_ref.relative_error(x, kv_ref.dequantize_static(kv_ref.quantize_static(x, s), s, torch.float32)).flatten()
+            for x, s in zip(k + v, k_scale + v_scale)
+        ]
+    )
     tau = TAU_FACTOR * float(eps.mean())
     _, heads, dim = k[0].shape
     return Calibration(
-        model=Path(model_dir).name, layers=len(k), kv_heads=heads, head_dim=dim,
-        k_scale=[s.tolist() for s in k_scale], v_scale=[s.tolist() for s in v_scale], tau=tau,
-        eps_mean=float(eps.mean()), eps_p99=float(eps.quantile(0.99)),
-        outlier_rate=float((eps > tau).float().mean()), tokens=len(ids),
+        model=Path(model_dir).name,
+        layers=len(k),
+        kv_heads=heads,
+        head_dim=dim,
+        k_scale=[s.tolist() for s in k_scale],
+        v_scale=[s.tolist() for s in v_scale],
+        tau=tau,
+        eps_mean=float(eps.mean()),
+        eps_p99=float(eps.quantile(0.99)),
+        outlier_rate=float((eps > tau).float().mean()),
+        tokens=len(ids),
     )
 
 
 @kv_app.command("calibrate")
 def kv_calibrate(
     out: Annotated[Path, typer.Option("--out", help="where to write the calibration JSON")],
-    model: Annotated[Optional[Path], typer.Option("--model", help="model dir (default: SmolLM2 from the cache)")] = None,
-    text: Annotated[Optional[Path], typer.Option("--text", help="UTF-8 text file (default: the Austen calibration split)")] = None,
+    model: Annotated[
+        Optional[Path], typer.Option("--model", help="model dir (default: SmolLM2 from the cache)")
+    ] = None,
+    text: Annotated[
+        Optional[Path], typer.Option("--text", help="UTF-8 text file (default: the Austen calibration split)")
+    ] = None,
     tokens: Annotated[int, typer.Option(help="calibration tokens")] = 2048,
     chunk: Annotated[int, typer.Option(help="tokens per forward pass")] = 256,
 ) -> None:
@@ -82,12 +103,20 @@ def kv_calibrate(
 
     model_dir = model or fetch(["smollm2"]).smollm2
     source = text.read_text(encoding="utf-8") if text else (fetch(["austen"]) and calibration_text())
-    calib = calibrate(model_dir, source, tokens=tokens, chunk=chunk,
-                      progress=lambda it: tqdm(it, desc="calibrating", unit="chunk"))
+    calib = calibrate(
+        model_dir, source, tokens=tokens, chunk=chunk, progress=lambda it: tqdm(it, desc="calibrating", unit="chunk")
+    )
     calib.save(out)
     table = Table(title=f"KV calibration: {calib.model}, {calib.tokens} tokens -> {out}")
     for col in ("layers", "kv heads", "head dim", "ε mean", "ε p99", "τ = 3·mean", "outlier rate"):
         table.add_column(col, justify="right")
-    table.add_row(str(calib.layers), str(calib.kv_heads), str(calib.head_dim), f"{calib.eps_mean:.4f}",
-                  f"{calib.eps_p99:.4f}", f"{calib.tau:.4f}", f"{calib.outlier_rate:.2%}")
+    table.add_row(
+        str(calib.layers),
+        str(calib.kv_heads),
+        str(calib.head_dim),
+        f"{calib.eps_mean:.4f}",
+        f"{calib.eps_p99:.4f}",
+        f"{calib.tau:.4f}",
+        f"{calib.outlier_rate:.2%}",
+    )
     Console().print(table)

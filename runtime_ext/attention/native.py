@@ -29,8 +29,11 @@ from runtime_ext.config import RuntimeExtConfig
 
 class StructserveNativeAttnBackend(TorchNativeAttnBackend):
     def _plain(self, layer) -> bool:
-        return (not layer.is_cross_attention and layer.attn_type != AttentionType.ENCODER_ONLY
-                and (layer.sliding_window_size is None or layer.sliding_window_size < 0))
+        return (
+            not layer.is_cross_attention
+            and layer.attn_type != AttentionType.ENCODER_ONLY
+            and (layer.sliding_window_size is None or layer.sliding_window_size < 0)
+        )
 
     def _reader(self, layer_id: int):
         """``read(locs) -> (k, v)`` rows ``[T, H, D]`` of this layer in the model dtype."""
@@ -52,14 +55,21 @@ class StructserveNativeAttnBackend(TorchNativeAttnBackend):
         if prefix and n > 1:
             mask = torch.ones(n, prefix + n, dtype=torch.bool, device=q.device).tril_(diagonal=prefix)
         out = scaled_dot_product_attention(
-            q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), attn_mask=mask, scale=layer.scaling,
-            is_causal=not prefix and n > 1, enable_gqa=layer.tp_q_head_num != layer.tp_k_head_num)
+            q.unsqueeze(0),
+            k.unsqueeze(0),
+            v.unsqueeze(0),
+            attn_mask=mask,
+            scale=layer.scaling,
+            is_causal=not prefix and n > 1,
+            enable_gqa=layer.tp_q_head_num != layer.tp_k_head_num,
+        )
         return out.squeeze(0).movedim(1, 0)
 
     def _store(self, layer, forward_batch, k, v, save_kv_cache) -> None:
         if save_kv_cache and k is not None and v is not None:
             self.token_to_kv_pool.set_kv_buffer(
-                layer, KVWriteLoc(forward_batch.out_cache_loc, self.swa_out_cache_loc), k, v)
+                layer, KVWriteLoc(forward_batch.out_cache_loc, self.swa_out_cache_loc), k, v
+            )
 
     def _run(self, q, layer, forward_batch, new_lens, prefix_lens) -> torch.Tensor:
         q_ = q.reshape(-1, layer.tp_q_head_num, layer.qk_head_dim)
@@ -70,7 +80,7 @@ class StructserveNativeAttnBackend(TorchNativeAttnBackend):
         for row, n, p in zip(forward_batch.req_pool_indices.tolist(), new_lens, prefix_lens):
             locs = req_to_token[row, : p + n]
             k, v = read(locs)
-            o[start:start + n] = self._attend(q_[start:start + n], k, v, p, layer)
+            o[start : start + n] = self._attend(q_[start : start + n], k, v, p, layer)
             start += n
         return o.reshape(-1, layer.tp_q_head_num * layer.v_head_dim)
 
@@ -78,8 +88,13 @@ class StructserveNativeAttnBackend(TorchNativeAttnBackend):
         if not self._plain(layer) or forward_batch.encoder_lens is not None:
             return super().forward_extend(q, k, v, layer, forward_batch, save_kv_cache)
         self._store(layer, forward_batch, k, v, save_kv_cache)
-        return self._run(q, layer, forward_batch, _cpu(forward_batch.extend_seq_lens_cpu, forward_batch.extend_seq_lens),
-                         _cpu(forward_batch.extend_prefix_lens_cpu, forward_batch.extend_prefix_lens))
+        return self._run(
+            q,
+            layer,
+            forward_batch,
+            _cpu(forward_batch.extend_seq_lens_cpu, forward_batch.extend_seq_lens),
+            _cpu(forward_batch.extend_prefix_lens_cpu, forward_batch.extend_prefix_lens),
+        )
 
     def forward_decode(self, q, k, v, layer, forward_batch, save_kv_cache=True):
         if not self._plain(layer) or forward_batch.encoder_lens is not None:

@@ -46,8 +46,10 @@ class UnknownReasoningFormatError(KeyError):
         self.name = name
 
     def __str__(self) -> str:
-        return (f"unknown reasoning format {self.name!r}; valid: auto, none, "
-                f"{', '.join(REASONING_FORMATS)} (or a start/end pair in config)")
+        return (
+            f"unknown reasoning format {self.name!r}; valid: auto, none, "
+            f"{', '.join(REASONING_FORMATS)} (or a start/end pair in config)"
+        )
 
 
 QWEN3 = ReasoningFormat("qwen3", "<think>", "</think>")

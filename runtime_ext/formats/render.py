@@ -91,9 +91,7 @@ def group_frame(fmt: ToolFormat) -> tuple[str, str]:
     return _group(fmt)
 
 
-def render_calls_with_spans(
-    fmt: ToolFormat, calls: Sequence[tuple[str, str]]
-) -> tuple[str, list[CallSpan]]:
+def render_calls_with_spans(fmt: ToolFormat, calls: Sequence[tuple[str, str]]) -> tuple[str, list[CallSpan]]:
     """Render ``(name, arguments_json)`` calls; also return each call's span."""
     opening, closing = _group(fmt)
     out: list[str] = [opening]

@@ -54,9 +54,7 @@ def _environment() -> jinja2.Environment:
 def _render(template: jinja2.Template, tools: list[dict[str, Any]] | None) -> str | None:
     """The rendered prompt, or None when the template fails on this input."""
     try:
-        return template.render(
-            messages=_MESSAGES, tools=tools, add_generation_prompt=True, bos_token="", eos_token=""
-        )
+        return template.render(messages=_MESSAGES, tools=tools, add_generation_prompt=True, bos_token="", eos_token="")
     except Exception:  # noqa: BLE001 - any template failure means "cannot tell by rendering"
         return None
 

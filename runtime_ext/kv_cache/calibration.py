@@ -58,12 +58,16 @@ def load_raw_calibration(path: Path) -> Calibration:
 
 def check_shape(calib: Calibration, path: Any, layers: int, kv_heads: int, head_dim: int) -> Calibration:
     """``calib`` if it was made for this KV shape, else ``CalibrationMismatchError`` naming what differs."""
-    for what, have, want in (("layers", calib.layers, layers), ("kv_heads", calib.kv_heads, kv_heads),
-                             ("head_dim", calib.head_dim, head_dim)):
+    for what, have, want in (
+        ("layers", calib.layers, layers),
+        ("kv_heads", calib.kv_heads, kv_heads),
+        ("head_dim", calib.head_dim, head_dim),
+    ):
         if have != want:
             raise CalibrationMismatchError(
                 f"KV calibration {path} was made for {what}={have} (model {calib.model!r}) but the served model "
-                f"has {what}={want}; calibrate this model with `structserve kv calibrate --model ...`")
+                f"has {what}={want}; calibrate this model with `structserve kv calibrate --model ...`"
+            )
     return calib
 
 

@@ -42,12 +42,30 @@ class C8DynamicKVCacheMethod(KVCacheQuantMethodBase):
         def scales():
             return [torch.zeros((size, head_num), dtype=torch.float16, device=device) for _ in range(layer_num)]
 
-        return {"k_buffer": values(), "v_buffer": values(), "k_scale_buffer": scales(),
-                "v_scale_buffer": scales(), "dq_k_buffer": None, "dq_v_buffer": None, "store_dtype": torch.int8}
+        return {
+            "k_buffer": values(),
+            "v_buffer": values(),
+            "k_scale_buffer": scales(),
+            "v_scale_buffer": scales(),
+            "dq_k_buffer": None,
+            "dq_v_buffer": None,
+            "store_dtype": torch.int8,
+        }
 
-    def quantize_and_store(self, k_buffer, v_buffer, k_scale_buffer, v_scale_buffer, loc, cache_k, cache_v,
-                           k_scale=None, v_scale=None, native_k_scale_buffer=None,
-                           native_v_scale_buffer=None) -> None:
+    def quantize_and_store(
+        self,
+        k_buffer,
+        v_buffer,
+        k_scale_buffer,
+        v_scale_buffer,
+        loc,
+        cache_k,
+        cache_v,
+        k_scale=None,
+        v_scale=None,
+        native_k_scale_buffer=None,
+        native_v_scale_buffer=None,
+    ) -> None:
         quantize = get_op(self.QUANTIZE, k_buffer.device.type)
         for buf, scale_buf, x in ((k_buffer, k_scale_buffer, cache_k), (v_buffer, v_scale_buffer, cache_v)):
             q, s = quantize(x.reshape(-1, *buf.shape[1:]), torch.float16)
@@ -61,8 +79,7 @@ class C8DynamicKVCacheMethod(KVCacheQuantMethodBase):
         return get_op(self.DEQUANTIZE, buffer.device.type)(buffer[locs], scales[locs], self.dtype)
 
     def dequantize_prev_kv(self, k_q, k_scales, v_q, v_scales, layer_id):
-        return (self.dequantize_kv_tensor(k_q, k_scales, layer_id),
-                self.dequantize_kv_tensor(v_q, v_scales, layer_id))
+        return (self.dequantize_kv_tensor(k_q, k_scales, layer_id), self.dequantize_kv_tensor(v_q, v_scales, layer_id))
 
     def compute_cell_size(self, head_num, head_dim, num_layers, kv_size) -> int:
         return sizing.cell_bytes(self.name, num_layers, head_num, head_dim)
@@ -102,9 +119,20 @@ class C8StaticKVCacheMethod(C8DynamicKVCacheMethod):
         bufs["k_scale_buffer"], bufs["v_scale_buffer"] = scales(calib.k_scale), scales(calib.v_scale)
         return bufs
 
-    def quantize_and_store(self, k_buffer, v_buffer, k_scale_buffer, v_scale_buffer, loc, cache_k, cache_v,
-                           k_scale=None, v_scale=None, native_k_scale_buffer=None,
-                           native_v_scale_buffer=None) -> None:
+    def quantize_and_store(
+        self,
+        k_buffer,
+        v_buffer,
+        k_scale_buffer,
+        v_scale_buffer,
+        loc,
+        cache_k,
+        cache_v,
+        k_scale=None,
+        v_scale=None,
+        native_k_scale_buffer=None,
+        native_v_scale_buffer=None,
+    ) -> None:
         quantize = get_op(self.QUANTIZE, k_buffer.device.type)
         for buf, scale, x in ((k_buffer, k_scale_buffer, cache_k), (v_buffer, v_scale_buffer, cache_v)):
             buf[loc] = quantize(x.reshape(-1, *buf.shape[1:]), scale)
@@ -124,9 +152,20 @@ class C8StaticResidualKVCacheMethod(C8StaticKVCacheMethod):
             self.sides[buf.data_ptr()] = ResidualSlots(capacity, head_num, head_dim, self.calibration.tau, device)
         return bufs
 
-    def quantize_and_store(self, k_buffer, v_buffer, k_scale_buffer, v_scale_buffer, loc, cache_k, cache_v,
-                           k_scale=None, v_scale=None, native_k_scale_buffer=None,
-                           native_v_scale_buffer=None) -> None:
+    def quantize_and_store(
+        self,
+        k_buffer,
+        v_buffer,
+        k_scale_buffer,
+        v_scale_buffer,
+        loc,
+        cache_k,
+        cache_v,
+        k_scale=None,
+        v_scale=None,
+        native_k_scale_buffer=None,
+        native_v_scale_buffer=None,
+    ) -> None:
         super().quantize_and_store(k_buffer, v_buffer, k_scale_buffer, v_scale_buffer, loc, cache_k, cache_v)
         locs = torch.as_tensor(loc, device=k_buffer.device).reshape(-1)
         for buf, scale, x in ((k_buffer, k_scale_buffer, cache_k), (v_buffer, v_scale_buffer, cache_v)):
@@ -159,9 +198,15 @@ class C8StaticResidualKVCacheMethod(C8StaticKVCacheMethod):
     def stats(self) -> dict:
         sides = list(self.sides.values())
         seen, outliers = sum(s.seen for s in sides), sum(s.outliers for s in sides)
-        return {"vectors_stored": seen, "outliers": outliers, "outlier_rate": outliers / seen if seen else 0.0,
-                "dropped": sum(s.dropped for s in sides), "slots_used": sum(s.used for s in sides),
-                "slots": sum(s.capacity for s in sides), "side_bytes": self.side_bytes()}
+        return {
+            "vectors_stored": seen,
+            "outliers": outliers,
+            "outlier_rate": outliers / seen if seen else 0.0,
+            "dropped": sum(s.dropped for s in sides),
+            "slots_used": sum(s.used for s in sides),
+            "slots": sum(s.capacity for s in sides),
+            "side_bytes": self.side_bytes(),
+        }
 
 
 METHODS = (C8DynamicKVCacheMethod, C8StaticKVCacheMethod, C8StaticResidualKVCacheMethod)

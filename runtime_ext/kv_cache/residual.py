@@ -82,8 +82,10 @@ class ResidualSlots:
     def apply(self, locs: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
         if not self.keys.numel():
             return values
-        wanted = (locs.to(torch.int32).unsqueeze(1) * self.heads
-                  + torch.arange(self.heads, dtype=torch.int32, device=locs.device)).flatten()
+        wanted = (
+            locs.to(torch.int32).unsqueeze(1) * self.heads
+            + torch.arange(self.heads, dtype=torch.int32, device=locs.device)
+        ).flatten()
         at = torch.searchsorted(self.keys, wanted).clamp_(max=self.keys.numel() - 1)
         hit = (self.keys[at] == wanted).nonzero(as_tuple=True)[0]
         if hit.numel():

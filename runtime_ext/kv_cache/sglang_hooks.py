@@ -91,8 +91,13 @@ def register(hooks: Any, hook_type: Any, state: KVCacheState) -> None:
     for cls in METHODS:
         fp4.KV_CACHE_QUANT_REGISTRY[cls.name] = cls
         fp4.KV_CACHE_ATTENTION_ACCESS_REGISTRY[cls.name] = tuple(
-            fp4.KVCacheAttentionAccess(phase, fp4.KVCacheAttentionAccessKind.PLAIN, matcher,
-                                       storage_dtype=torch.int8, attention_kv_dtype=torch.bfloat16)
+            fp4.KVCacheAttentionAccess(
+                phase,
+                fp4.KVCacheAttentionAccessKind.PLAIN,
+                matcher,
+                storage_dtype=torch.int8,
+                attention_kv_dtype=torch.bfloat16,
+            )
             for phase in (fp4.KVCacheAttentionPhase.PREFILL, fp4.KVCacheAttentionPhase.DECODE)
         )
     hooks.register(CONFIGURE_TARGET, partial(_configure, state), hook_type.AROUND)

@@ -56,6 +56,7 @@ def tokens_for_budget(budget_bytes: int, cell: int, page_size: int) -> int:
     """The largest whole-page token count whose KV fits in ``budget_bytes``."""
     pages = budget_bytes // (cell * page_size)
     if pages < 1:
-        raise ValueError(f"a KV budget of {budget_bytes} bytes holds no page of {page_size} tokens "
-                         f"at {cell} bytes per token")
+        raise ValueError(
+            f"a KV budget of {budget_bytes} bytes holds no page of {page_size} tokens at {cell} bytes per token"
+        )
     return pages * page_size

@@ -34,9 +34,7 @@ def _npu() -> Any:
     return torch_npu
 
 
-def quantize_per_token(
-    x: torch.Tensor, scale_dtype: torch.dtype = torch.float32
-) -> tuple[torch.Tensor, torch.Tensor]:
+def quantize_per_token(x: torch.Tensor, scale_dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
     _check_finite(x, "the KV tensor")
     if scale_dtype != torch.float32:  # a narrower stored scale: quantize against it (reference math)
         from runtime_ext.ops.kv_ref import quantize_per_token as reference

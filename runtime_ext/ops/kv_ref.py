@@ -28,9 +28,7 @@ def _check_finite(x: torch.Tensor, what: str) -> None:
         raise ValueError(f"{what} holds NaN or inf; refusing to store it in the KV cache")
 
 
-def quantize_per_token(
-    x: torch.Tensor, scale_dtype: torch.dtype = torch.float32
-) -> tuple[torch.Tensor, torch.Tensor]:
+def quantize_per_token(x: torch.Tensor, scale_dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
     """C8-D: ``x[..., D]`` -> (int8 ``q[..., D]``, ``scale[...]`` in ``scale_dtype``).
 
     A float16 scale is rounded *up* (never below absmax/127), so values never clip and the

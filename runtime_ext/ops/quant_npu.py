@@ -36,8 +36,9 @@ def prepare_w8a8(wq: torch.Tensor, w_scale: torch.Tensor) -> tuple[torch.Tensor,
     return _npu().npu_format_cast(wq.t().contiguous(), FRACTAL_NZ), w_scale.float()
 
 
-def w8a8_matmul(x: torch.Tensor, wq_t: torch.Tensor, w_scale: torch.Tensor, bias: torch.Tensor | None = None
-                ) -> torch.Tensor:
+def w8a8_matmul(
+    x: torch.Tensor, wq_t: torch.Tensor, w_scale: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor:
     npu = _npu()
     xq, x_scale = npu.npu_dynamic_quant(x)
     return npu.npu_quant_matmul(xq, wq_t, w_scale, pertoken_scale=x_scale, bias=bias, output_dtype=x.dtype)
@@ -55,5 +56,6 @@ def prepare_weight_only(q: torch.Tensor, scale: torch.Tensor, bits: int, group: 
 
 
 def weight_only_matmul(x: torch.Tensor, prepared: dict, bias: torch.Tensor | None = None) -> torch.Tensor:
-    return _npu().npu_weight_quant_batchmatmul(x, prepared["weight"], prepared["scale_t"].to(x.dtype), bias=bias,
-                                               antiquant_group_size=prepared["group"])
+    return _npu().npu_weight_quant_batchmatmul(
+        x, prepared["weight"], prepared["scale_t"].to(x.dtype), bias=bias, antiquant_group_size=prepared["group"]
+    )

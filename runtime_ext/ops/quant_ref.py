@@ -52,8 +52,9 @@ def quantize_weight_groupwise(w: torch.Tensor, bits: int, group: int) -> tuple[t
     return (pack_int4(q) if bits == 4 else q), scale
 
 
-def dequantize_weight_groupwise(q: torch.Tensor, scale: torch.Tensor, bits: int, group: int,
-                                dtype: torch.dtype) -> torch.Tensor:
+def dequantize_weight_groupwise(
+    q: torch.Tensor, scale: torch.Tensor, bits: int, group: int, dtype: torch.dtype
+) -> torch.Tensor:
     values = unpack_int4(q) if bits == 4 else q
     k = values.shape[1]
     return (values.float() * scale.float().repeat_interleave(group, dim=1)[:, :k]).to(dtype)
@@ -75,8 +76,9 @@ def prepare_w8a8(wq: torch.Tensor, w_scale: torch.Tensor) -> tuple[torch.Tensor,
     return wq.t().contiguous(), w_scale.float()
 
 
-def w8a8_matmul(x: torch.Tensor, wq_t: torch.Tensor, w_scale: torch.Tensor, bias: torch.Tensor | None = None
-                ) -> torch.Tensor:
+def w8a8_matmul(
+    x: torch.Tensor, wq_t: torch.Tensor, w_scale: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor:
     """Dynamic W8A8: ``x[M, K]`` (float) with ``wq_t[K, N]`` int8 and ``w_scale[N]`` -> ``[M, N]`` in x's dtype."""
     xq, x_scale = quantize_per_token(x)
     acc = torch._int_mm(xq, wq_t).float()

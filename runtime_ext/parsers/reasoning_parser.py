@@ -105,7 +105,7 @@ class ReasoningParser:
         head = buf.lstrip()
         start = self.fmt.start
         if head.startswith(start):
-            self._phase, self._started, self._buffer = _Phase.REASONING, True, head[len(start):]
+            self._phase, self._started, self._buffer = _Phase.REASONING, True, head[len(start) :]
             return "reasoning", ""
         if start.startswith(head) and not final:
             return None  # still may become the start marker
@@ -116,12 +116,12 @@ class ReasoningParser:
         end = self.fmt.end
         at = buf.find(end)
         if at >= 0:
-            self._phase, self._ended, self._buffer = _Phase.AFTER_END, True, buf[at + len(end):]
+            self._phase, self._ended, self._buffer = _Phase.AFTER_END, True, buf[at + len(end) :]
             return "reasoning", buf[:at]
         keep = 0 if final else _partial_suffix(buf, end)
         if keep == len(buf):
             return None
-        self._buffer = buf[len(buf) - keep:]
+        self._buffer = buf[len(buf) - keep :]
         return "reasoning", buf[: len(buf) - keep]
 
 

@@ -47,9 +47,7 @@ def _sglang() -> SimpleNamespace:
     from sglang.srt.function_call.base_format_detector import BaseFormatDetector
     from sglang.srt.function_call.core_types import StreamingParseResult, StructureInfo, ToolCallItem
 
-    return SimpleNamespace(
-        Base=BaseFormatDetector, Result=StreamingParseResult, Info=StructureInfo, Item=ToolCallItem
-    )
+    return SimpleNamespace(Base=BaseFormatDetector, Result=StreamingParseResult, Info=StructureInfo, Item=ToolCallItem)
 
 
 def _has_tool_call(fmt: ToolFormat, text: str) -> bool:

@@ -33,7 +33,7 @@ def page_hashes(tokens: Sequence[int], page_size: int, namespace: Hashable = Non
     """Chained hashes of the full pages of ``tokens`` (a trailing partial page is not a block)."""
     prior, out = _seed(namespace), []
     for start in range(0, len(tokens) // page_size * page_size, page_size):
-        page = ",".join(str(int(t)) for t in tokens[start:start + page_size]).encode()
+        page = ",".join(str(int(t)) for t in tokens[start : start + page_size]).encode()
         prior = hashlib.sha256(prior + page).digest()
         out.append(prior.hex()[:HASH_HEX])
     return out
@@ -66,7 +66,7 @@ class EventLog:
     def removed(self, namespace: Hashable, path_tokens: Sequence[int], n_pages: int) -> None:
         """The last ``n_pages`` pages of the path ``path_tokens`` left the tree."""
         hashes = page_hashes(path_tokens, self.page_size, namespace)
-        self._write("removed", ns=_name(namespace), hashes=hashes[len(hashes) - n_pages:])
+        self._write("removed", ns=_name(namespace), hashes=hashes[len(hashes) - n_pages :])
 
     def cleared(self) -> None:
         self._write("cleared")

@@ -68,8 +68,14 @@ class PageRadix:
         self._clock = itertools.count(1)
 
     @classmethod
-    def simulate(cls, page_size: int, combine_blocks: int, sequences: Sequence[Sequence[int]],
-                 namespace: Hashable = None, **kwargs: bool) -> "PageRadix":
+    def simulate(
+        cls,
+        page_size: int,
+        combine_blocks: int,
+        sequences: Sequence[Sequence[int]],
+        namespace: Hashable = None,
+        **kwargs: bool,
+    ) -> "PageRadix":
         """A tree holding ``sequences`` with fresh page ids 0, 1, 2, … in insertion order (for tests)."""
         tree, ids = cls(page_size, combine_blocks, **kwargs), itertools.count()
         for seq in sequences:
@@ -81,7 +87,7 @@ class PageRadix:
 
     def _pages_of(self, tokens: Sequence[int]) -> list[tuple[int, ...]]:
         p = self.page_size
-        return [tuple(tokens[i:i + p]) for i in range(0, len(tokens) - p + 1, p)]
+        return [tuple(tokens[i : i + p]) for i in range(0, len(tokens) - p + 1, p)]
 
     def insert(self, ns: Hashable, tokens: Sequence[int], pages: Sequence[int]) -> list[int]:
         keys = self._pages_of(tokens)
@@ -121,7 +127,7 @@ class PageRadix:
         units = len(path) // c
         if self.contiguous_ids:
             for u in range(units):
-                ids = [n.page for n in path[u * c:(u + 1) * c]]
+                ids = [n.page for n in path[u * c : (u + 1) * c]]
                 if ids != list(range(ids[0], ids[0] + c)):
                     units = u
                     break
@@ -170,8 +176,7 @@ class PageRadix:
                 raise RuntimeError("a root node is never removed")
             del parent.children[node.key]
             freed.append(node.page)
-            if (node.depth - 1) % self.combine == 0 or parent.parent is None or parent.children \
-                    or parent.lock_ref:
+            if (node.depth - 1) % self.combine == 0 or parent.parent is None or parent.children or parent.lock_ref:
                 return freed
             node = parent
 

@@ -39,8 +39,9 @@ NAME = "structserve_combined"
 
 
 class CombinedRadixCache(RadixCache):
-    def __init__(self, params: Any, combine_blocks: int, events: EventLog | None = None,
-                 stats: PrefixStats | None = None) -> None:
+    def __init__(
+        self, params: Any, combine_blocks: int, events: EventLog | None = None, stats: PrefixStats | None = None
+    ) -> None:
         self.combine, self._raw_match, self.events = combine_blocks, False, events
         self.stats = stats if stats is not None else PrefixStats()
         super().__init__(params)
@@ -107,8 +108,7 @@ class CombinedRadixCache(RadixCache):
             self.events.hit(_namespace(key), list(key.raw_token_ids()), usable)
         if usable == 0:
             return self._empty_match_result
-        return MatchResult(device_prefix_len=usable, last_device_node=node, last_host_node=node,
-                           best_match_node=node)
+        return MatchResult(device_prefix_len=usable, last_device_node=node, last_host_node=node, best_match_node=node)
 
     def insert(self, params: Any) -> Any:
         result = super().insert(params)
@@ -121,7 +121,7 @@ class CombinedRadixCache(RadixCache):
         if self.events is not None:
             path, cursor = [], node
             while cursor is not None and cursor is not self.root_node:
-                path[:0] = list(cursor.key.raw_token_ids())[:len(cursor.key)]
+                path[:0] = list(cursor.key.raw_token_ids())[: len(cursor.key)]
                 cursor = cursor.parent
             self.events.removed(_namespace(node.key), path, len(node.key) // self.page_size)
         super()._delete_leaf(node)
@@ -160,14 +160,20 @@ def _factory(stats: PrefixStats, ctx: Any) -> Any:
     if ctx.disable_radix_cache:
         return default_radix_cache_factory(ctx)
     p = ctx.params
-    unsupported = {"speculative decoding (EAGLE keys)": p.is_eagle, "hybrid SWA": ctx.is_hybrid_swa,
-                   "hybrid SSM": ctx.is_hybrid_ssm, "hierarchical cache": ctx.enable_hierarchical_cache}
+    unsupported = {
+        "speculative decoding (EAGLE keys)": p.is_eagle,
+        "hybrid SWA": ctx.is_hybrid_swa,
+        "hybrid SSM": ctx.is_hybrid_ssm,
+        "hierarchical cache": ctx.enable_hierarchical_cache,
+    }
     bad = [name for name, on in unsupported.items() if on]
     config = RuntimeExtConfig.from_env()
     combine = config.combine_blocks
     if bad and combine > 1:
-        raise ValueError(f"prefix_cache backend combined with combine_blocks={combine} cannot run with "
-                         f"{', '.join(bad)}; use combine_blocks 1 or the sglang backend")
+        raise ValueError(
+            f"prefix_cache backend combined with combine_blocks={combine} cannot run with "
+            f"{', '.join(bad)}; use combine_blocks 1 or the sglang backend"
+        )
     events = config.prefix_events
     return CombinedRadixCache(p, combine, EventLog.open(str(events), p.page_size) if events else None, stats)
 

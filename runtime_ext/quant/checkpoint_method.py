@@ -37,8 +37,16 @@ NAME = "structserve_modelslim"
 class CheckpointLinearMethod(StructserveLinearMethod):
     """A linear layer whose quantized tensors come from the checkpoint."""
 
-    def create_weights(self, layer, input_size_per_partition, output_partition_sizes, input_size, output_size,
-                       params_dtype, **extra_weight_attrs) -> None:
+    def create_weights(
+        self,
+        layer,
+        input_size_per_partition,
+        output_partition_sizes,
+        input_size,
+        output_size,
+        params_dtype,
+        **extra_weight_attrs,
+    ) -> None:
         n, k = sum(output_partition_sizes), input_size_per_partition
         cols = 1 if self.policy.scheme == "w8a8_dynamic" else -(-k // self.policy.group_size)
         weight = torch.nn.Parameter(torch.empty(n, k, dtype=torch.int8), requires_grad=False)
@@ -54,8 +62,9 @@ class CheckpointLinearMethod(StructserveLinearMethod):
         if bool(torch.isnan(layer.weight_scale).any() or torch.isnan(layer.weight_offset).any()):
             raise modelslim.CheckpointError(f"layer {prefix}: weight_scale/weight_offset missing from the checkpoint")
         if bool((layer.weight_offset != 0).any()):
-            raise modelslim.CheckpointError(f"layer {prefix}: asymmetric weights (non-zero weight_offset) "
-                                            "are not supported")
+            raise modelslim.CheckpointError(
+                f"layer {prefix}: asymmetric weights (non-zero weight_offset) are not supported"
+            )
         q, scale, device = layer.weight.data, layer.weight_scale.data, layer.weight.device.type
         before = q.shape[0] * q.shape[1] * 2  # the same weights in bf16
         if self.policy.scheme == "w8a8_dynamic":
@@ -64,8 +73,9 @@ class CheckpointLinearMethod(StructserveLinearMethod):
                 layer.decode_weight = (q.float() * scale).to(torch.bfloat16)
         else:
             stored = pack_int4(q) if self.policy.bits == 4 else q
-            layer.prepared = get_op("weight_only_prepare", device)(stored, scale, self.policy.bits,
-                                                                   self.policy.group_size)
+            layer.prepared = get_op("weight_only_prepare", device)(
+                stored, scale, self.policy.bits, self.policy.group_size
+            )
         del layer.weight, layer.weight_scale, layer.weight_offset
         self.stats.quantized += 1
         self.stats.count_bytes(_stored_bytes(layer), before)
@@ -108,8 +118,10 @@ class StructserveModelSlimConfig(ConfigBase):
             return None
         kinds = {self.types.get(name) for name in shards(prefix)}
         if None in kinds or len(kinds) != 1:
-            raise modelslim.CheckpointError(f"layer {prefix}: its parts {shards(prefix)} must all be described "
-                                            f"with one type in {modelslim.DESCRIPTION}, found {sorted(map(str, kinds))}")
+            raise modelslim.CheckpointError(
+                f"layer {prefix}: its parts {shards(prefix)} must all be described "
+                f"with one type in {modelslim.DESCRIPTION}, found {sorted(map(str, kinds))}"
+            )
         scheme = kinds.pop()
         if scheme == modelslim.FLOAT:
             return KeptLinearMethod(self.quant_stats)

@@ -34,8 +34,10 @@ class CheckpointError(ValueError):
 
 def describe(tensor_names: list[str], quantized: dict[str, str], group_size: int) -> dict:
     """The description for a checkpoint whose layers ``quantized`` (name -> scheme) are quantized."""
-    desc: dict = {"model_quant_type": _model_type(set(quantized.values())),
-                  "group_size": group_size if set(quantized.values()) - {"w8a8_dynamic"} else 0}
+    desc: dict = {
+        "model_quant_type": _model_type(set(quantized.values())),
+        "group_size": group_size if set(quantized.values()) - {"w8a8_dynamic"} else 0,
+    }
     for name in tensor_names:
         desc[name] = FLOAT
     for layer, scheme in quantized.items():
@@ -69,9 +71,10 @@ def layer_types(desc: dict) -> dict[str, str]:
         if not key.endswith(".weight") or not isinstance(value, str):
             continue
         if value != FLOAT and value not in SCHEMES:
-            raise CheckpointError(f"layer {key[:-7]} has quantization type {value!r}; supported: "
-                                  f"{', '.join(sorted(SCHEMES))}, {FLOAT}")
-        out[key[: -len('.weight')]] = SCHEMES.get(value, FLOAT)
+            raise CheckpointError(
+                f"layer {key[:-7]} has quantization type {value!r}; supported: {', '.join(sorted(SCHEMES))}, {FLOAT}"
+            )
+        out[key[: -len(".weight")]] = SCHEMES.get(value, FLOAT)
     return out
 
 

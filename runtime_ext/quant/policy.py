@@ -66,8 +66,10 @@ def check_keep(keep: list[str], linear_names: set[str]) -> None:
     for name in keep:
         if name not in linear_names:
             close = sorted(n for n in linear_names if n.endswith(name.rpartition(".")[2]))[:3]
-            raise QuantPolicyError(f"layer {name!r} (quantization ignore list / sensitive_layers) is not a linear "
-                                   f"layer of this model; names look like {close or sorted(linear_names)[:3]}")
+            raise QuantPolicyError(
+                f"layer {name!r} (quantization ignore list / sensitive_layers) is not a linear "
+                f"layer of this model; names look like {close or sorted(linear_names)[:3]}"
+            )
 
 
 def linear_layer_names(weight_names: list[str]) -> set[str]:

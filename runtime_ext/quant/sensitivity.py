@@ -49,19 +49,42 @@ def dispersion(sorted_values: list[float]) -> float:
 THRESHOLDS = {"r_max": 50.0, "kl_max": 0.05, "energy_max": 0.42, "kl_top": 0.05}
 
 
-def select(scores: dict[str, dict[str, float]], *, r_max: float = 50.0, kl_max: float = 0.05,
-           energy_max: float = 0.42, kl_top: float = 0.05) -> list[str]:
+def select(
+    scores: dict[str, dict[str, float]],
+    *,
+    r_max: float = 50.0,
+    kl_max: float = 0.05,
+    energy_max: float = 0.42,
+    kl_top: float = 0.05,
+) -> list[str]:
     """The layers to keep in high precision (sorted by KL, highest first)."""
     ranked = sorted(scores, key=lambda name: scores[name]["kl"], reverse=True)
     top = set(ranked[: max(1, math.ceil(len(ranked) * kl_top))]) if ranked and kl_top > 0 else set()
-    return [name for name in ranked if name in top or scores[name]["dispersion"] >= r_max
-            or scores[name]["kl"] >= kl_max or scores[name]["energy"] > energy_max]
+    return [
+        name
+        for name in ranked
+        if name in top
+        or scores[name]["dispersion"] >= r_max
+        or scores[name]["kl"] >= kl_max
+        or scores[name]["energy"] > energy_max
+    ]
 
 
 def write(path: Path, model: str, scheme: str, scores: dict, layers: list[str], thresholds: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"format": FORMAT, "model": model, "scheme": scheme, "layers": layers,
-                                "thresholds": thresholds, "scores": scores}, indent=1))
+    path.write_text(
+        json.dumps(
+            {
+                "format": FORMAT,
+                "model": model,
+                "scheme": scheme,
+                "layers": layers,
+                "thresholds": thresholds,
+                "scores": scores,
+            },
+            indent=1,
+        )
+    )
 
 
 def markdown(scores: dict[str, dict[str, float]], layers: list[str]) -> str:
@@ -69,6 +92,8 @@ def markdown(scores: dict[str, dict[str, float]], layers: list[str]) -> str:
     rows = ["| layer | KL | dispersion R | energy σ₁/Σσ | kept |", "|---|---:|---:|---:|:---:|"]
     for name in sorted(scores, key=lambda n: scores[n]["kl"], reverse=True):
         s = scores[name]
-        rows.append(f"| {name} | {s['kl']:.2e} | {s['dispersion']:.1f} | {s['energy']:.4f} | "
-                    f"{'yes' if name in layers else ''} |")
+        rows.append(
+            f"| {name} | {s['kl']:.2e} | {s['dispersion']:.1f} | {s['energy']:.4f} | "
+            f"{'yes' if name in layers else ''} |"
+        )
     return "\n".join(rows) + "\n"

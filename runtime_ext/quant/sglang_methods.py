@@ -66,17 +66,31 @@ class StructserveLinearMethod(LinearMethodBase):
     def __init__(self, policy: QuantPolicy, stats: QuantStats, prefix: str = "?") -> None:
         self.policy, self.stats, self.prefix = policy, stats, prefix
 
-    def create_weights(self, layer, input_size_per_partition, output_partition_sizes, input_size, output_size,
-                       params_dtype, **extra_weight_attrs) -> None:
-        UnquantizedLinearMethod().create_weights(layer, input_size_per_partition, output_partition_sizes,
-                                                 input_size, output_size, params_dtype, **extra_weight_attrs)
+    def create_weights(
+        self,
+        layer,
+        input_size_per_partition,
+        output_partition_sizes,
+        input_size,
+        output_size,
+        params_dtype,
+        **extra_weight_attrs,
+    ) -> None:
+        UnquantizedLinearMethod().create_weights(
+            layer,
+            input_size_per_partition,
+            output_partition_sizes,
+            input_size,
+            output_size,
+            params_dtype,
+            **extra_weight_attrs,
+        )
 
     def process_weights_after_loading(self, layer) -> None:
         try:
             self._quantize(layer)
         except ValueError as exc:
-            raise ValueError(f"cannot quantize layer {self.prefix} with "
-                             f"{self.policy.scheme}: {exc}") from exc
+            raise ValueError(f"cannot quantize layer {self.prefix} with {self.policy.scheme}: {exc}") from exc
 
     def _quantize(self, layer) -> None:
         from runtime_ext.ops import quant_ref

@@ -55,8 +55,8 @@ def error_response(exc: ClientError) -> JSONResponse:
 _UNION_TAG = re.compile(r"[\[(']|^[A-Z][A-Za-z]+$|^(str|int|float|bool|dict|list|none)$")
 _HINTS = {
     "tool_choice": "must be 'none', 'auto', 'required', {\"type\": \"function\", \"function\": "
-    "{\"name\": NAME}} or {\"type\": \"allowed_tools\", \"allowed_tools\": {\"mode\": \"auto\"|"
-    "\"required\", \"tools\": [...]}}",
+    '{"name": NAME}} or {"type": "allowed_tools", "allowed_tools": {"mode": "auto"|'
+    '"required", "tools": [...]}}',
 }
 
 # strict typed fields (no coercion, as OpenAI): say which JSON type to send
@@ -113,13 +113,14 @@ def install_error_handlers(app: FastAPI) -> None:
         type_ = "invalid_request_error" if exc.status_code < 500 else "server_error"
         message, code = str(exc.detail), str(exc.status_code)
         if message == "There was an error parsing the body":  # FastAPI's text, e.g. RecursionError
-            message = ("the request body could not be parsed: it is not valid JSON or is nested too "
-                       "deeply for the parser; send a flatter JSON object")
+            message = (
+                "the request body could not be parsed: it is not valid JSON or is nested too "
+                "deeply for the parser; send a flatter JSON object"
+            )
             code = "invalid_json"
         if exc.status_code == 404:
             message = "no such route; see /docs for the API (e.g. POST /v1/chat/completions)"
-        return _response(exc.status_code, error_body(message, type_, None, code),
-                         headers=getattr(exc, "headers", None))
+        return _response(exc.status_code, error_body(message, type_, None, code), headers=getattr(exc, "headers", None))
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:

@@ -6,8 +6,8 @@ else generated; returned on the response), one JSON access log line, request cou
 by route and status, the count of ``/v1/`` requests in flight (graceful drain waits on it).
 
 ``Gate`` (``/v1/`` paths): API key → body size → per-key rate limit → (chat completions) 503 when
-not ready (loading, failed, draining), else the running/queued bound. Refusals are typed errors rendered by ``service.api.errors`` (the one place
-errors become HTTP).
+not ready (loading, failed, draining), else the running/queued bound. Refusals are typed errors
+rendered by ``service.api.errors`` (the one place errors become HTTP).
 """
 
 from __future__ import annotations
@@ -64,14 +64,26 @@ class RequestContext:
             route = getattr(scope.get("route"), "path", "unmatched")
             m.REQUESTS.labels(route=route, status=str(status["code"])).inc()
             m.LATENCY.labels(route=route).observe(elapsed)
-            log.info("%s %s %d", scope["method"], scope["path"], status["code"],
-                     extra={"status": status["code"], "path": scope["path"], "ms": round(elapsed * 1000, 1)})
+            log.info(
+                "%s %s %d",
+                scope["method"],
+                scope["path"],
+                status["code"],
+                extra={"status": status["code"], "path": scope["path"], "ms": round(elapsed * 1000, 1)},
+            )
             REQUEST_ID.reset(token)
 
 
 class Gate:
-    def __init__(self, app: Any, keys: KeyRing, max_body: int, admission: Admission,
-                 bucket: TokenBucket | None, not_ready: Callable[[], str | None]) -> None:
+    def __init__(
+        self,
+        app: Any,
+        keys: KeyRing,
+        max_body: int,
+        admission: Admission,
+        bucket: TokenBucket | None,
+        not_ready: Callable[[], str | None],
+    ) -> None:
         self.app, self.keys, self.max_body, self.admission, self.bucket = app, keys, max_body, admission, bucket
         self.not_ready = not_ready
 
@@ -102,8 +114,9 @@ class Gate:
         """Reads the whole body (at most ``max_body`` bytes) and replays it; later receives (the
         client's disconnect) go to the server."""
         declared = _header(scope, b"content-length")
-        too_large = PayloadTooLargeError(f"request body larger than {self.max_body} bytes; send less "
-                                         f"(limits.max_body_bytes)", param=None)
+        too_large = PayloadTooLargeError(
+            f"request body larger than {self.max_body} bytes; send less (limits.max_body_bytes)", param=None
+        )
         if declared is not None and declared.isdigit() and int(declared) > self.max_body:
             raise too_large
         chunks, size, more = [], 0, True

@@ -107,8 +107,12 @@ class ChatPipeline:
                 yield chunks.finish(index, step.result.finish_reason, step.result.validation)
         if last:
             first = last[0].delta
-            usage = make_usage(first.prompt_tokens, sum(p.delta.completion_tokens for p in last.values()),
-                               first.cached_tokens, sum(p.reasoning_tokens for p in last.values()))
+            usage = make_usage(
+                first.prompt_tokens,
+                sum(p.delta.completion_tokens for p in last.values()),
+                first.cached_tokens,
+                sum(p.reasoning_tokens for p in last.values()),
+            )
             metrics.record_usage(usage)
             if chat.request.include_usage:
                 yield chunks.usage(usage)

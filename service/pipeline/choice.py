@@ -2,8 +2,8 @@
 finish reason, checks.
 
 ``ChoiceOutput.take`` is given the generate stage's pieces (one piece with all the text,
-or piece by piece while streaming), routes each by its phase and yields what to send; the non-streaming response is assembled from
-the very same events, so streaming and non-streaming agree by construction.
+or piece by piece while streaming), routes each by its phase and yields what to send; the
+non-streaming response is assembled from the very same events, so streaming and non-streaming agree by construction.
 With tools (``tool_choice`` other than ``none``) the text goes through the model
 format's streaming parser: calls become ``tool_calls`` (ids ``call_<hex>``), the
 rest is content.
@@ -33,7 +33,10 @@ class ChoiceOutput:
     ``feed`` (answer text) and ``finish`` are its steps, public for tests of the parsing."""
 
     def __init__(
-        self, constraint: DecodeConstraint | None, tools: ToolRequest | None, reasoning: ReasoningFormat | None = None,
+        self,
+        constraint: DecodeConstraint | None,
+        tools: ToolRequest | None,
+        reasoning: ReasoningFormat | None = None,
     ):
         self.constraint = constraint
         self.thinking = ReasoningParser(reasoning, in_reasoning=True) if reasoning is not None else None
@@ -88,8 +91,11 @@ class ChoiceOutput:
         for d in parsed.calls:
             if d.name is not None:
                 call = self.calls[d.index] = _Call(f"call_{uuid.uuid4().hex[:24]}", d.name)
-                deltas.append(DeltaToolCall(
-                    index=d.index, id=call.id, type="function", function=DeltaFunction(name=d.name, arguments="")))
+                deltas.append(
+                    DeltaToolCall(
+                        index=d.index, id=call.id, type="function", function=DeltaFunction(name=d.name, arguments="")
+                    )
+                )
             else:
                 self.calls[d.index].arguments.append(d.arguments)
                 deltas.append(DeltaToolCall(index=d.index, function=DeltaFunction(arguments=d.arguments)))

@@ -78,13 +78,21 @@ def _tool_constraint(
         raise ValueError("tool_choice 'none' has no tool-call constraint")
     try:
         constraint = tool_call_constraint(
-            tools.format, specs, mode, named=tools.allowed[0] if mode == "named" else None, parallel=tools.parallel,
+            tools.format,
+            specs,
+            mode,
+            named=tools.allowed[0] if mode == "named" else None,
+            parallel=tools.parallel,
             answer_schema=answer[0].schema if answer else None,
         )
     except PythonicSchemaError as exc:  # the field of the tool it names
         index = [tool.name for tool in tools.tools].index(exc.tool)
         raise exc.with_param(f"tools.{index}.function.{exc.field}") from None
     return DecodeConstraint(
-        constraint.kind, constraint.value, validate_schema=answer[1] if answer else None,
-        loosened=tuple(loosened), param="tools", parts=tuple(parts),
+        constraint.kind,
+        constraint.value,
+        validate_schema=answer[1] if answer else None,
+        loosened=tuple(loosened),
+        param="tools",
+        parts=tuple(parts),
     )

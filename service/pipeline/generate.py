@@ -42,8 +42,13 @@ async def stream_choice(engine: EngineClient, plan: GenerationPlan, rid: str) ->
     ids: list[int] = []
     last: EngineDelta | None = None
     if limit > 0:
-        phase1 = replace(plan, max_new_tokens=limit, constraint=None, reasoning=None, sampling=replace(
-            plan.sampling, stop=(r.end_text,), stop_token_ids=(r.end_id,)))
+        phase1 = replace(
+            plan,
+            max_new_tokens=limit,
+            constraint=None,
+            reasoning=None,
+            sampling=replace(plan.sampling, stop=(r.end_text,), stop_token_ids=(r.end_id,)),
+        )
         async for delta in _closing(engine.stream(phase1, f"{rid}-think")):
             ids += delta.token_ids
             last = delta
@@ -59,13 +64,23 @@ async def stream_choice(engine: EngineClient, plan: GenerationPlan, rid: str) ->
     if plan.max_new_tokens - used < 1:
         yield Piece("answer", _no_answer(last, plan, used), reasoning_tokens)
         return
-    phase2 = replace(plan, input_ids=plan.input_ids + tuple(ids) + appended,
-                     max_new_tokens=plan.max_new_tokens - used, reasoning=None)
+    phase2 = replace(
+        plan,
+        input_ids=plan.input_ids + tuple(ids) + appended,
+        max_new_tokens=plan.max_new_tokens - used,
+        reasoning=None,
+    )
     async for delta in _closing(engine.stream(phase2, f"{rid}-answer")):
-        yield Piece("answer", replace(delta, completion_tokens=used + delta.completion_tokens,
-                                      prompt_tokens=len(plan.input_ids),
-                                      cached_tokens=last.cached_tokens if last else delta.cached_tokens),
-                    reasoning_tokens)
+        yield Piece(
+            "answer",
+            replace(
+                delta,
+                completion_tokens=used + delta.completion_tokens,
+                prompt_tokens=len(plan.input_ids),
+                cached_tokens=last.cached_tokens if last else delta.cached_tokens,
+            ),
+            reasoning_tokens,
+        )
 
 
 def _reasoning_count(delta: EngineDelta, r: ReasoningPlan) -> int:
@@ -78,8 +93,13 @@ def _reasoning_count(delta: EngineDelta, r: ReasoningPlan) -> int:
 def _no_answer(last: EngineDelta | None, plan: GenerationPlan, used: int) -> EngineDelta:
     """max_tokens is spent by the reasoning (and the appended markers): no answer phase."""
     prompt = len(plan.input_ids)
-    return EngineDelta(text="", completion_tokens=min(used, plan.max_new_tokens), prompt_tokens=prompt,
-                       cached_tokens=last.cached_tokens if last else 0, finish_reason="length")
+    return EngineDelta(
+        text="",
+        completion_tokens=min(used, plan.max_new_tokens),
+        prompt_tokens=prompt,
+        cached_tokens=last.cached_tokens if last else 0,
+        finish_reason="length",
+    )
 
 
 async def _closing(stream: AsyncIterator[EngineDelta]) -> AsyncIterator[EngineDelta]:

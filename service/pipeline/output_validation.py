@@ -40,7 +40,9 @@ def validate_calls(
             result = SchemaValidation(valid=False, error=f"tool call {call.id} ({call.function.name}) {error}")
             break
     if result.valid and len(calls) > complete:
-        result = SchemaValidation(valid=False, error="tool call truncated by max_tokens before its arguments were complete")
+        result = SchemaValidation(
+            valid=False, error="tool call truncated by max_tokens before its arguments were complete"
+        )
     if not result.valid:
         SCHEMA_VALIDATION_FAILURES.labels(reason="truncated" if finish_reason == "length" else "invalid").inc()
     return result

@@ -42,7 +42,10 @@ def make_plan(
     else:
         max_new = req.max_tokens
     return GenerationPlan(
-        input_ids=prompt.token_ids, max_new_tokens=max_new, sampling=req.sampling, constraint=constraint,
+        input_ids=prompt.token_ids,
+        max_new_tokens=max_new,
+        sampling=req.sampling,
+        constraint=constraint,
         reasoning=_reasoning(req, max_new),
     )
 

@@ -32,9 +32,7 @@ def build_prompt(req: ValidatedRequest, template: ChatTemplate) -> PromptIds:
 def inline_tools(messages: tuple[Message, ...], tools: ToolRequest, fmt: ToolFormat) -> list[Message]:
     """The conversation with tools in the system prompt, calls as text, results as user turns."""
     hint = NamedChoice(tools.allowed[0]) if tools.mode == "named" else tools.mode
-    functions = [
-        {"name": t.name, "description": t.description or "", "parameters": t.parameters} for t in tools.tools
-    ]
+    functions = [{"name": t.name, "description": t.description or "", "parameters": t.parameters} for t in tools.tools]
     section = render_tools_prompt(functions, fmt, hint)
     out = list(messages)
     if out[0].role == "system":

@@ -32,8 +32,9 @@ def completion(rid: str, created: int, model: str, finished: Sequence[FinishedCh
     choices = []
     for i, f in enumerate(finished):
         r = f.result
-        message = AssistantMessage(content=r.content, tool_calls=r.tool_calls,
-                                   reasoning_content=r.reasoning, reasoning=r.reasoning)
+        message = AssistantMessage(
+            content=r.content, tool_calls=r.tool_calls, reasoning_content=r.reasoning, reasoning=r.reasoning
+        )
         choices.append(Choice(index=i, message=message, finish_reason=r.finish_reason, schema_validation=r.validation))
     usage = make_usage(
         prompt_tokens=finished[0].counts.prompt_tokens,
@@ -51,8 +52,7 @@ class ChunkFactory:
         self._rid, self._created, self._model = rid, created, model
 
     def _chunk(self, choices: list[ChunkChoice], usage: Usage | None = None) -> ChatCompletionChunk:
-        return ChatCompletionChunk(id=self._rid, created=self._created, model=self._model, choices=choices,
-                                   usage=usage)
+        return ChatCompletionChunk(id=self._rid, created=self._created, model=self._model, choices=choices, usage=usage)
 
     def role(self, index: int) -> ChatCompletionChunk:
         delta = Delta(role="assistant", content="")
@@ -63,8 +63,12 @@ class ChunkFactory:
         if not event.content and not event.tool_calls and not event.reasoning:
             return None
         reasoning = event.reasoning or None
-        delta = Delta(content=event.content or None, tool_calls=list(event.tool_calls) or None,
-                      reasoning_content=reasoning, reasoning=reasoning)
+        delta = Delta(
+            content=event.content or None,
+            tool_calls=list(event.tool_calls) or None,
+            reasoning_content=reasoning,
+            reasoning=reasoning,
+        )
         return self._chunk([ChunkChoice(index=index, delta=delta)])
 
     def finish(self, index: int, reason: str, validation: SchemaValidation | None = None) -> ChatCompletionChunk:

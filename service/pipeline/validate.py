@@ -28,8 +28,7 @@ def validate_request(
     """Check everything that does not need the tokenizer; normalise the messages."""
     if req.model != limits.served_model_name:
         raise ModelNotFoundError(
-            f"model '{req.model}' is not served here; use '{limits.served_model_name}' "
-            "(see GET /v1/models)",
+            f"model '{req.model}' is not served here; use '{limits.served_model_name}' (see GET /v1/models)",
             param="model",
         )
     max_tokens, param = _max_tokens(req)
@@ -73,9 +72,7 @@ def _json_output(req: ChatCompletionRequest) -> JsonOutputSpec | None:
 
 def _messages(messages: list[ChatMessage]) -> tuple[Message, ...]:
     if not messages:
-        raise InvalidRequestError(
-            "'messages' must contain at least one message", param="messages"
-        )
+        raise InvalidRequestError("'messages' must contain at least one message", param="messages")
     out: list[Message] = []
     call_ids: set[str] = set()
     for i, msg in enumerate(messages):
@@ -88,9 +85,7 @@ def _messages(messages: list[ChatMessage]) -> tuple[Message, ...]:
         role = "system" if msg.role == "developer" else msg.role
         out.append(Message(role, content, msg.name, msg.tool_call_id, calls, reasoning))
     if all(m.role == "system" for m in out):
-        raise InvalidRequestError(
-            "'messages' holds only system messages; add a user message", param="messages"
-        )
+        raise InvalidRequestError("'messages' holds only system messages; add a user message", param="messages")
     return tuple(out)
 
 
@@ -101,12 +96,14 @@ def _reasoning_of(msg: ChatMessage, index: int) -> str | None:
     if given and msg.role != "assistant":
         field = next(iter(given))
         raise InvalidRequestError(
-            f"messages[{index}] has '{field}' but role '{msg.role}'; only assistant messages carry "
-            "reasoning", param=f"messages.{index}.{field}")
+            f"messages[{index}] has '{field}' but role '{msg.role}'; only assistant messages carry reasoning",
+            param=f"messages.{index}.{field}",
+        )
     if len(set(given.values())) > 1:
         raise InvalidRequestError(
             f"messages[{index}].reasoning_content and .reasoning differ; send one of them (or the same text)",
-            param=f"messages.{index}.reasoning")
+            param=f"messages.{index}.reasoning",
+        )
     return next(iter(given.values()), None)
 
 
@@ -156,7 +153,5 @@ def _sampling(req: ChatCompletionRequest) -> SamplingOptions:
 
 def _n(n: int, max_n: int) -> int:
     if not 1 <= n <= max_n:
-        raise UnsupportedParameterError(
-            f"'n' must be between 1 and {max_n} on this server, got {n}", param="n"
-        )
+        raise UnsupportedParameterError(f"'n' must be between 1 and {max_n} on this server, got {n}", param="n")
     return n

@@ -22,8 +22,11 @@ BUDGET = "max_reasoning_tokens"
 
 
 def validate_reasoning(
-    req: ChatCompletionRequest, policy: ReasoningPolicy | None, setup: ReasoningSetup | None,
-    max_tokens: int | None, max_tokens_param: str,
+    req: ChatCompletionRequest,
+    policy: ReasoningPolicy | None,
+    setup: ReasoningSetup | None,
+    max_tokens: int | None,
+    max_tokens_param: str,
 ) -> ReasoningRequest | None:
     """None when the model has no reasoning format (asking for thinking is then a 400);
     otherwise the request carries the model's reasoning ``setup`` to the later stages."""
@@ -31,21 +34,28 @@ def validate_reasoning(
     effort = req.reasoning_effort
     if effort == "none":
         if explicit is True:
-            raise InvalidRequestError("'reasoning_effort' 'none' turns thinking off but 'enable_thinking' is "
-                                      "true; send one of them", param="reasoning_effort")
+            raise InvalidRequestError(
+                "'reasoning_effort' 'none' turns thinking off but 'enable_thinking' is true; send one of them",
+                param="reasoning_effort",
+            )
         explicit = False
     asked = explicit is True or (effort not in (None, "none")) or req.max_reasoning_tokens is not None
     if policy is None:
         if asked:
-            raise InvalidRequestError("this model has no reasoning format, so thinking cannot be turned on; "
-                                      "drop enable_thinking/reasoning_effort/max_reasoning_tokens",
-                                      param=_asked_param(req))
+            raise InvalidRequestError(
+                "this model has no reasoning format, so thinking cannot be turned on; "
+                "drop enable_thinking/reasoning_effort/max_reasoning_tokens",
+                param=_asked_param(req),
+            )
         return None
     # an effort or a budget implies thinking; otherwise the server's default decides
     thinking = explicit if explicit is not None else (asked or policy.default_thinking)
     if not thinking and asked:
-        raise InvalidRequestError(f"'{_asked_param(req)}' needs thinking, but thinking is off for this request; "
-                                  "remove it or set enable_thinking to true", param=_asked_param(req))
+        raise InvalidRequestError(
+            f"'{_asked_param(req)}' needs thinking, but thinking is off for this request; "
+            "remove it or set enable_thinking to true",
+            param=_asked_param(req),
+        )
     if not thinking:
         return ReasoningRequest(thinking=False, setup=setup)
     from_effort = req.max_reasoning_tokens is None and req.reasoning_effort is not None
@@ -56,11 +66,14 @@ def _enable_thinking(req: ChatCompletionRequest) -> bool | None:
     kwargs = req.chat_template_kwargs or {}
     nested = kwargs.get("enable_thinking")
     if nested is not None and not isinstance(nested, bool):
-        raise InvalidRequestError("'chat_template_kwargs.enable_thinking' must be true or false",
-                                  param="chat_template_kwargs.enable_thinking")
+        raise InvalidRequestError(
+            "'chat_template_kwargs.enable_thinking' must be true or false", param="chat_template_kwargs.enable_thinking"
+        )
     if nested is not None and req.enable_thinking is not None and nested != req.enable_thinking:
-        raise InvalidRequestError("'enable_thinking' and 'chat_template_kwargs.enable_thinking' disagree; "
-                                  "send only one", param="enable_thinking")
+        raise InvalidRequestError(
+            "'enable_thinking' and 'chat_template_kwargs.enable_thinking' disagree; send only one",
+            param="enable_thinking",
+        )
     return req.enable_thinking if req.enable_thinking is not None else nested
 
 
@@ -74,8 +87,7 @@ def _asked_param(req: ChatCompletionRequest) -> str:
 
 def _budget(req: ChatCompletionRequest, policy: ReasoningPolicy, max_tokens: int | None, param: str) -> int | None:
     if req.max_reasoning_tokens is not None and req.reasoning_effort is not None:
-        raise InvalidRequestError("send either 'reasoning_effort' or 'max_reasoning_tokens', not both",
-                                  param=BUDGET)
+        raise InvalidRequestError("send either 'reasoning_effort' or 'max_reasoning_tokens', not both", param=BUDGET)
     if req.max_reasoning_tokens is None:
         return dict(policy.effort_budgets).get(req.reasoning_effort) if req.reasoning_effort else None
     budget = req.max_reasoning_tokens
@@ -84,7 +96,9 @@ def _budget(req: ChatCompletionRequest, policy: ReasoningPolicy, max_tokens: int
     if max_tokens is not None and budget >= max_tokens:
         raise InvalidRequestError(
             f"'{BUDGET}' ({budget}) must be below '{param}' ({max_tokens}), which covers the reasoning and "
-            f"the answer; raise '{param}' or lower the budget", param=BUDGET)
+            f"the answer; raise '{param}' or lower the budget",
+            param=BUDGET,
+        )
     return budget
 
 

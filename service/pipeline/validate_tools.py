@@ -71,16 +71,16 @@ def _choice(choice: ToolChoice | None, names: list[str]) -> tuple[ToolMode, tupl
 def _require_format(fmt: ToolFormat | None) -> ToolFormat:
     """The served model's tool-call format; a server started without one refuses tools."""
     if fmt is None:
-        raise UnsupportedParameterError("this server has no tool-call format configured; send no 'tools'",
-                                        param="tools")
+        raise UnsupportedParameterError(
+            "this server has no tool-call format configured; send no 'tools'", param="tools"
+        )
     return fmt
 
 
 def _known(name: str, names: list[str], param: str) -> None:
     if name not in names:
         raise InvalidRequestError(
-            f"tool_choice names the function '{name}', which is not in 'tools' "
-            f"(available: {', '.join(names)})",
+            f"tool_choice names the function '{name}', which is not in 'tools' (available: {', '.join(names)})",
             param=param,
         )
 
@@ -91,8 +91,7 @@ def tool_calls_of(msg: ChatMessage, index: int) -> tuple[ToolCallRecord, ...]:
         return ()
     if msg.role != "assistant":
         raise InvalidRequestError(
-            f"messages[{index}] has 'tool_calls' but role '{msg.role}'; only assistant messages "
-            "carry tool calls",
+            f"messages[{index}] has 'tool_calls' but role '{msg.role}'; only assistant messages carry tool calls",
             param=f"messages.{index}.tool_calls",
         )
     out = []
@@ -103,8 +102,7 @@ def tool_calls_of(msg: ChatMessage, index: int) -> tuple[ToolCallRecord, ...]:
             ok = False
         if not ok:
             raise InvalidRequestError(
-                f"messages[{index}].tool_calls[{j}].function.arguments must be a JSON object "
-                "encoded as a string",
+                f"messages[{index}].tool_calls[{j}].function.arguments must be a JSON object encoded as a string",
                 param=f"messages.{index}.tool_calls.{j}.function.arguments",
             )
         out.append(ToolCallRecord(call.id, call.function.name, call.function.arguments))
@@ -115,8 +113,7 @@ def check_tool_results(call_ids: set[str], msg: ChatMessage, index: int) -> None
     """A ``tool`` message must answer a call of an earlier assistant message."""
     if not msg.tool_call_id:
         raise InvalidRequestError(
-            f"messages[{index}] has role 'tool' but no 'tool_call_id'; set the id of the "
-            "tool call it answers",
+            f"messages[{index}] has role 'tool' but no 'tool_call_id'; set the id of the tool call it answers",
             param=f"messages.{index}.tool_call_id",
         )
     if msg.tool_call_id not in call_ids:

@@ -12,9 +12,18 @@ import pytest
 from transformers import AutoTokenizer
 
 USER = {"role": "user", "content": "Pick a colour for me."}
-PICK = {"type": "function", "function": {"name": "pick", "parameters": {
-    "type": "object", "properties": {"color": {"enum": ["red", "blue"]}}, "required": ["color"],
-    "additionalProperties": False}}}
+PICK = {
+    "type": "function",
+    "function": {
+        "name": "pick",
+        "parameters": {
+            "type": "object",
+            "properties": {"color": {"enum": ["red", "blue"]}},
+            "required": ["color"],
+            "additionalProperties": False,
+        },
+    },
+}
 THINK = {"enable_thinking": True, "max_reasoning_tokens": 8}
 
 
@@ -73,14 +82,20 @@ def test_reasoning_answer_comes_back_and_reaches_the_template(qwen_server, form)
     # Qwen3's template renders the reasoning of an assistant turn after the last user query
     # (a tool loop): the prompt of turn 2 is the template's rendering WITH it, not without
     call = msg.tool_calls[0]
-    calls = [{"id": call.id, "type": "function", "function": {
-        "name": call.function.name, "arguments": json.loads(call.function.arguments)}}]
+    calls = [
+        {
+            "id": call.id,
+            "type": "function",
+            "function": {"name": call.function.name, "arguments": json.loads(call.function.arguments)},
+        }
+    ]
     result = {"role": "tool", "tool_call_id": call.id, "content": "done"}
     tok = AutoTokenizer.from_pretrained(str(qwen_server.model_dir))
 
     def prompt_len(assistant):
-        text = tok.apply_chat_template([USER, assistant, result], tools=[PICK], tokenize=False,
-                                       add_generation_prompt=True)
+        text = tok.apply_chat_template(
+            [USER, assistant, result], tools=[PICK], tokenize=False, add_generation_prompt=True
+        )
         return len(tok.encode(text + "<think>\n", add_special_tokens=False))
 
     plain = {"role": "assistant", "content": "", "tool_calls": calls}

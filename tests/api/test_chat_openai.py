@@ -73,8 +73,14 @@ def test_stream_usage_reports_cached_tokens(client, qwen_server):
     messages = [{"role": "user", "content": "Cache check: list three robots. " * 6}]
     usages = []
     for _ in range(2):
-        stream = client.chat.completions.create(model=qwen_server.model_name, messages=messages, max_tokens=4,
-                                                temperature=0, stream=True, stream_options={"include_usage": True})
+        stream = client.chat.completions.create(
+            model=qwen_server.model_name,
+            messages=messages,
+            max_tokens=4,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
         usages.append([c.usage for c in stream if c.usage is not None])
     assert [len(u) for u in usages] == [1, 1]
     first, second = usages[0][0], usages[1][0]
@@ -92,7 +98,10 @@ def test_stream_without_include_usage_sends_no_usage(client, qwen_server):
 
 def test_length_finish_reason_and_max_completion_tokens(client, qwen_server):
     out = client.chat.completions.create(
-        model=qwen_server.model_name, messages=HELLO, temperature=0, max_completion_tokens=3,
+        model=qwen_server.model_name,
+        messages=HELLO,
+        temperature=0,
+        max_completion_tokens=3,
     )
     # the random-weight model practically never emits EOS within 3 tokens
     assert out.choices[0].finish_reason == "length"
@@ -110,13 +119,23 @@ def test_stop_sequence_truncates_and_reports_stop(client, qwen_server):
 
 def test_n_choices_non_stream_and_stream(client, qwen_server):
     out = client.chat.completions.create(
-        model=qwen_server.model_name, messages=HELLO, n=3, max_tokens=8, temperature=1.0, seed=1,
+        model=qwen_server.model_name,
+        messages=HELLO,
+        n=3,
+        max_tokens=8,
+        temperature=1.0,
+        seed=1,
     )
     assert [c.index for c in out.choices] == [0, 1, 2]
     assert 3 <= out.usage.completion_tokens <= 24
     assert len({c.message.content for c in out.choices}) == 3  # seeded choices still differ
     stream = client.chat.completions.create(
-        model=qwen_server.model_name, messages=HELLO, n=2, max_tokens=6, temperature=0, stream=True,
+        model=qwen_server.model_name,
+        messages=HELLO,
+        n=2,
+        max_tokens=6,
+        temperature=0,
+        stream=True,
     )
     texts = {0: "", 1: ""}
     finished = set()
@@ -146,13 +165,17 @@ def test_system_and_multi_turn_roles(client, qwen_server):
 def test_seed_repeats_and_different_seeds_differ(client, qwen_server):
     a = _seeded(client, qwen_server.model_name, max_tokens=12).choices[0].message.content
     b = _seeded(client, qwen_server.model_name, max_tokens=12).choices[0].message.content
-    c = client.chat.completions.create(
-        model=qwen_server.model_name, messages=HELLO, temperature=1.0, seed=99, max_tokens=12
-    ).choices[0].message.content
-    unseeded = {
+    c = (
         client.chat.completions.create(
-            model=qwen_server.model_name, messages=HELLO, temperature=1.0, max_tokens=12
-        ).choices[0].message.content
+            model=qwen_server.model_name, messages=HELLO, temperature=1.0, seed=99, max_tokens=12
+        )
+        .choices[0]
+        .message.content
+    )
+    unseeded = {
+        client.chat.completions.create(model=qwen_server.model_name, messages=HELLO, temperature=1.0, max_tokens=12)
+        .choices[0]
+        .message.content
         for _ in range(2)
     }
     assert a == b and a != c

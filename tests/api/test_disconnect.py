@@ -61,8 +61,11 @@ def wait_until_held(server, connected, timeout=30.0) -> int:
 
 def long_request(server, stream: bool, prompt: str = "Tell me everything.") -> dict:
     return {
-        "model": server.model_name, "messages": [{"role": "user", "content": prompt}],
-        "max_tokens": 3000, "temperature": 0, "stream": stream,
+        "model": server.model_name,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": 3000,
+        "temperature": 0,
+        "stream": stream,
     }
 
 
@@ -70,7 +73,9 @@ def test_disconnect_mid_decode_frees_kv(qwen_server):
     baseline = wait_for_kv(qwen_server, lambda v: v == 0)
     assert baseline == 0
     with httpx.Client(timeout=60) as client:
-        with client.stream("POST", f"{qwen_server.base_url}/v1/chat/completions", json=long_request(qwen_server, True)) as resp:
+        with client.stream(
+            "POST", f"{qwen_server.base_url}/v1/chat/completions", json=long_request(qwen_server, True)
+        ) as resp:
             assert resp.status_code == 200
             lines = resp.iter_lines()
             content_chunks = 0
@@ -108,8 +113,9 @@ def test_non_stream_client_timeout_aborts(qwen_server):
 
     def call() -> None:
         try:
-            httpx.post(f"{qwen_server.base_url}/v1/chat/completions", json=long_request(qwen_server, False),
-                       timeout=2.0)
+            httpx.post(
+                f"{qwen_server.base_url}/v1/chat/completions", json=long_request(qwen_server, False), timeout=2.0
+            )
         except BaseException as exc:  # noqa: BLE001 -- inspected below
             outcome.append(exc)
 
@@ -123,6 +129,9 @@ def test_non_stream_client_timeout_aborts(qwen_server):
     assert wait_for_kv(qwen_server, lambda v: v == 0) == 0
     assert_pool_consistent(qwen_server)
     # and the server is fine
-    ok = httpx.post(f"{qwen_server.base_url}/v1/chat/completions",
-                    json=long_request(qwen_server, False) | {"max_tokens": 3}, timeout=60)
+    ok = httpx.post(
+        f"{qwen_server.base_url}/v1/chat/completions",
+        json=long_request(qwen_server, False) | {"max_tokens": 3},
+        timeout=60,
+    )
     assert ok.status_code == 200

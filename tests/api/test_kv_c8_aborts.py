@@ -16,13 +16,22 @@ from tests.conftest import C8_BUDGET
 
 def scrape(server) -> dict:
     text = httpx.get(f"{server.base_url}/metrics", timeout=30).text
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 def abort_one(server, i: int) -> bool:
-    body = {"model": server.model_name, "max_tokens": 2000, "temperature": 1.0, "seed": i, "stream": True,
-            "messages": [{"role": "user", "content": ("word " * (400 if i % 3 == 0 else 5)) + str(i)}]}
+    body = {
+        "model": server.model_name,
+        "max_tokens": 2000,
+        "temperature": 1.0,
+        "seed": i,
+        "stream": True,
+        "messages": [{"role": "user", "content": ("word " * (400 if i % 3 == 0 else 5)) + str(i)}],
+    }
     if i % 4 == 1:
         body |= {"enable_thinking": True, "max_reasoning_tokens": 40}  # abort in either phase
     with httpx.Client(timeout=120) as client:
@@ -42,13 +51,18 @@ def test_100_aborts_leave_no_kv_pages(c8_server):
     assert wait_for_kv(c8_server, lambda v: v == 0, timeout=60) == 0, f"leaked: {kv_used(c8_server)} tokens"
     census = assert_pool_consistent(c8_server)  # the prefix tree and the pool agree after the aborts
     assert census["tree_evictable"] > 0  # the tree kept the prompts' pages
-    ok = httpx.post(f"{c8_server.base_url}/v1/chat/completions", timeout=60, json={
-        "model": c8_server.model_name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8})
+    ok = httpx.post(
+        f"{c8_server.base_url}/v1/chat/completions",
+        timeout=60,
+        json={"model": c8_server.model_name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8},
+    )
     assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] >= 1
     metrics = scrape(c8_server)
     assert metrics[("structserve_kv_cache_method", (("method", "c8_static_residual"),))] == 1  # the scheduler's pool
-    residual = {stat: metrics[("structserve_kv_residual", (("stat", stat),))]
-                for stat in ("outlier_rate", "slots_used", "slots", "dropped", "slots_on_free_pages")}
+    residual = {
+        stat: metrics[("structserve_kv_residual", (("stat", stat),))]
+        for stat in ("outlier_rate", "slots_used", "slots", "dropped", "slots_on_free_pages")
+    }
     print(f"\nresidual side buffer after 100 aborts: {residual}")
     assert residual["slots_used"] > 0, "no outlier ever stored: the residual path was not exercised"
     assert residual["slots_on_free_pages"] == 0, "residual slots still held by freed pages"

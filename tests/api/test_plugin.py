@@ -19,5 +19,8 @@ def test_plugin_reports_from_the_scheduler_process(qwen_server):
     children = {c.pid for c in server.children(recursive=True)}
     assert pid != server.pid and pid in children
     # the process SGLang names its scheduler
-    assert "scheduler" in " ".join(psutil.Process(pid).cmdline()).lower() or "scheduler" in psutil.Process(pid).name().lower()
+    assert (
+        "scheduler" in " ".join(psutil.Process(pid).cmdline()).lower()
+        or "scheduler" in psutil.Process(pid).name().lower()
+    )
     assert 'structserve_kv_cache_method{method="unquantized"} 1.0' in text  # kv_cache: bf16 builds SGLang's own pool

@@ -24,13 +24,23 @@ BODY_LIMIT = 32 * 1024
 def prod(assets, tmp_path_factory):
     keys_file = tmp_path_factory.mktemp("keys") / "keys.txt"
     keys_file.write_text(f"# from a file\n{KEYS[2]}\n")
-    server = ServerProcess(assets.qwen3_tiny, "prod", env={
-        "STRUCTSERVE_DTYPE": "float32", "STRUCTSERVE_REASONING__DEFAULT_THINKING": "false",
-        "STRUCTSERVE_API_KEYS": f"{KEYS[0]},{KEYS[1]}", "STRUCTSERVE_API_KEYS_FILE": str(keys_file),
-        "STRUCTSERVE_LIMITS__MAX_BODY_BYTES": str(BODY_LIMIT), "STRUCTSERVE_LIMITS__MAX_RUNNING": "2",
-        "STRUCTSERVE_LIMITS__MAX_QUEUED": "1", "STRUCTSERVE_LIMITS__RETRY_AFTER_S": "3",
-        "STRUCTSERVE_LIMITS__RATE_LIMIT_PER_MINUTE": "30", "STRUCTSERVE_LIMITS__RATE_LIMIT_BURST": "40",
-        "STRUCTSERVE_DRAIN_TIMEOUT_S": "60"})
+    server = ServerProcess(
+        assets.qwen3_tiny,
+        "prod",
+        env={
+            "STRUCTSERVE_DTYPE": "float32",
+            "STRUCTSERVE_REASONING__DEFAULT_THINKING": "false",
+            "STRUCTSERVE_API_KEYS": f"{KEYS[0]},{KEYS[1]}",
+            "STRUCTSERVE_API_KEYS_FILE": str(keys_file),
+            "STRUCTSERVE_LIMITS__MAX_BODY_BYTES": str(BODY_LIMIT),
+            "STRUCTSERVE_LIMITS__MAX_RUNNING": "2",
+            "STRUCTSERVE_LIMITS__MAX_QUEUED": "1",
+            "STRUCTSERVE_LIMITS__RETRY_AFTER_S": "3",
+            "STRUCTSERVE_LIMITS__RATE_LIMIT_PER_MINUTE": "30",
+            "STRUCTSERVE_LIMITS__RATE_LIMIT_BURST": "40",
+            "STRUCTSERVE_DRAIN_TIMEOUT_S": "60",
+        },
+    )
     server.start()
     yield server
     server.stop()
@@ -41,8 +51,13 @@ def auth(key: str = KEYS[0]) -> dict[str, str]:
 
 
 def chat(server, max_tokens: int = 4, stream: bool = False) -> dict:
-    return {"model": server.model_name, "messages": [{"role": "user", "content": "Say something."}],
-            "max_tokens": max_tokens, "stream": stream, "temperature": 0}
+    return {
+        "model": server.model_name,
+        "messages": [{"role": "user", "content": "Say something."}],
+        "max_tokens": max_tokens,
+        "stream": stream,
+        "temperature": 0,
+    }
 
 
 def assert_envelope(resp: httpx.Response, status: int, code: str) -> dict:
@@ -85,8 +100,12 @@ def test_queue_bound_returns_429_with_retry_after(prod):
 
     def hold() -> None:
         with httpx.Client(timeout=120) as client:
-            with client.stream("POST", f"{prod.base_url}/v1/chat/completions", headers=auth(KEYS[1]),
-                               json=chat(prod, max_tokens=3000, stream=True)) as resp:
+            with client.stream(
+                "POST",
+                f"{prod.base_url}/v1/chat/completions",
+                headers=auth(KEYS[1]),
+                json=chat(prod, max_tokens=3000, stream=True),
+            ) as resp:
                 for _ in resp.iter_lines():
                     if release.is_set():
                         break
@@ -104,7 +123,10 @@ def test_queue_bound_returns_429_with_retry_after(prod):
         t.join(timeout=120)
     assert_envelope(refused, 429, "server_busy")
     assert refused.headers["retry-after"] == "3"
-    assert httpx.post(f"{prod.base_url}/v1/chat/completions", json=chat(prod), headers=auth(), timeout=60).status_code == 200
+    assert (
+        httpx.post(f"{prod.base_url}/v1/chat/completions", json=chat(prod), headers=auth(), timeout=60).status_code
+        == 200
+    )
 
 
 def test_per_key_rate_limit(prod):
@@ -116,8 +138,12 @@ def test_per_key_rate_limit(prod):
 
 
 def test_request_ids_and_json_logs(prod):
-    given = httpx.post(f"{prod.base_url}/v1/chat/completions", json=chat(prod), timeout=60,
-                       headers=auth() | {"X-Request-Id": "trace-abc.123"})
+    given = httpx.post(
+        f"{prod.base_url}/v1/chat/completions",
+        json=chat(prod),
+        timeout=60,
+        headers=auth() | {"X-Request-Id": "trace-abc.123"},
+    )
     assert given.headers["x-request-id"] == "trace-abc.123"
     made = httpx.get(f"{prod.base_url}/health", headers={"X-Request-Id": "bad id\twith spaces"}, timeout=30)
     assert made.headers["x-request-id"].startswith("req-") and len(made.headers["x-request-id"]) == 36
@@ -134,12 +160,19 @@ def test_serving_metrics(prod):
     stream = client.chat.completions.create(**chat(prod, max_tokens=5, stream=True))
     assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
     text = _metrics(prod)
-    for name in ("structserve_requests_total{route=\"/v1/chat/completions\",status=\"200\"}",
-                 "structserve_request_seconds_bucket", "structserve_time_to_first_token_seconds_count",
-                 "structserve_tokens_total{kind=\"prompt\"}", "structserve_tokens_total{kind=\"completion\"}",
-                 "structserve_tokens_total{kind=\"reasoning\"}", "structserve_tokens_total{kind=\"cached\"}",
-                 "structserve_requests_running",
-                 "structserve_requests_queued", "structserve_kv_used_tokens", "structserve_grammar_cache_total"):
+    for name in (
+        'structserve_requests_total{route="/v1/chat/completions",status="200"}',
+        "structserve_request_seconds_bucket",
+        "structserve_time_to_first_token_seconds_count",
+        'structserve_tokens_total{kind="prompt"}',
+        'structserve_tokens_total{kind="completion"}',
+        'structserve_tokens_total{kind="reasoning"}',
+        'structserve_tokens_total{kind="cached"}',
+        "structserve_requests_running",
+        "structserve_requests_queued",
+        "structserve_kv_used_tokens",
+        "structserve_grammar_cache_total",
+    ):
         assert name in text, name
     ttft = float(text.split("structserve_time_to_first_token_seconds_count ")[1].split()[0])
     assert ttft >= 1
@@ -151,8 +184,9 @@ def test_sigterm_drains_in_flight_requests_then_exits_0(prod):
 
     def one() -> None:
         client = openai.OpenAI(base_url=f"{prod.base_url}/v1", api_key=KEYS[0], max_retries=0, timeout=120)
-        stream = client.chat.completions.create(**chat(prod, max_tokens=max_tokens, stream=True),
-                                                stream_options={"include_usage": True})
+        stream = client.chat.completions.create(
+            **chat(prod, max_tokens=max_tokens, stream=True), stream_options={"include_usage": True}
+        )
         chunks = [next(stream), next(stream)]  # the role chunk, then generated text
         generating.wait()
         chunks += list(stream)

@@ -21,11 +21,24 @@ from jsonschema import Draft202012Validator
 from tests.server import ScriptedServer, ServerProcess
 
 USER = [{"role": "user", "content": "Think about the weather, then answer."}]
-LABEL = {"type": "object", "properties": {"label": {"enum": ["spam", "ham"]}}, "required": ["label"],
-         "additionalProperties": False}
-PICK = {"type": "function", "function": {"name": "pick", "parameters": {
-    "type": "object", "properties": {"color": {"enum": ["red", "blue"]}}, "required": ["color"],
-    "additionalProperties": False}}}
+LABEL = {
+    "type": "object",
+    "properties": {"label": {"enum": ["spam", "ham"]}},
+    "required": ["label"],
+    "additionalProperties": False,
+}
+PICK = {
+    "type": "function",
+    "function": {
+        "name": "pick",
+        "parameters": {
+            "type": "object",
+            "properties": {"color": {"enum": ["red", "blue"]}},
+            "required": ["color"],
+            "additionalProperties": False,
+        },
+    },
+}
 
 
 def client(server):
@@ -59,8 +72,12 @@ def test_budget_is_exact_and_the_answer_follows(qwen_server, budget):
 def test_budget_then_json_schema_answer_validates(qwen_server):
     fmt = {"type": "json_schema", "json_schema": {"name": "label", "schema": LABEL}}
     for seed in range(3):
-        resp = chat(qwen_server, seed=seed, response_format=fmt,
-                    extra_body={"enable_thinking": True, "max_reasoning_tokens": 16})
+        resp = chat(
+            qwen_server,
+            seed=seed,
+            response_format=fmt,
+            extra_body={"enable_thinking": True, "max_reasoning_tokens": 16},
+        )
         choice = resp.choices[0]
         assert resp.usage.completion_tokens_details.reasoning_tokens == 16
         assert choice.finish_reason == "stop", choice
@@ -69,10 +86,17 @@ def test_budget_then_json_schema_answer_validates(qwen_server):
 
 
 def test_budget_then_required_tool_call(qwen_server):
-    resp = chat(qwen_server, tools=[PICK], tool_choice="required", parallel_tool_calls=False,
-                extra_body={"enable_thinking": True, "max_reasoning_tokens": 8})
+    resp = chat(
+        qwen_server,
+        tools=[PICK],
+        tool_choice="required",
+        parallel_tool_calls=False,
+        extra_body={"enable_thinking": True, "max_reasoning_tokens": 8},
+    )
     choice = resp.choices[0]
-    assert resp.usage.completion_tokens_details.reasoning_tokens == 8 and choice.message.model_extra["reasoning_content"]
+    assert (
+        resp.usage.completion_tokens_details.reasoning_tokens == 8 and choice.message.model_extra["reasoning_content"]
+    )
     assert choice.finish_reason == "tool_calls"
     assert json.loads(choice.message.tool_calls[0].function.arguments)["color"] in ("red", "blue")
 
@@ -86,8 +110,15 @@ def test_stream_assembles_to_the_non_stream_result(qwen_server):
     assert order == sorted(order, reverse=True)  # all reasoning before any content
 
 
-@pytest.mark.parametrize("off", [{"enable_thinking": False}, {"chat_template_kwargs": {"enable_thinking": False}},
-                                 {"reasoning_effort": "none"}, {}])
+@pytest.mark.parametrize(
+    "off",
+    [
+        {"enable_thinking": False},
+        {"chat_template_kwargs": {"enable_thinking": False}},
+        {"reasoning_effort": "none"},
+        {},
+    ],
+)
 def test_thinking_off_means_no_reasoning(qwen_server, off):
     resp = chat(qwen_server, max_tokens=16, extra_body=off)  # {}: this server's default is off
     assert resp.choices[0].message.model_extra.get("reasoning_content") is None
@@ -99,17 +130,20 @@ def test_reasoning_effort_maps_to_the_configured_budget(qwen_server):
     assert resp.usage.completion_tokens_details.reasoning_tokens == 64
 
 
-@pytest.mark.parametrize("body, param", [
-    ({"max_reasoning_tokens": -1, "enable_thinking": True}, "max_reasoning_tokens"),
-    ({"max_reasoning_tokens": 1.5, "enable_thinking": True}, "max_reasoning_tokens"),
-    ({"max_reasoning_tokens": "10", "enable_thinking": True}, "max_reasoning_tokens"),
-    ({"max_reasoning_tokens": 32, "enable_thinking": True}, "max_reasoning_tokens"),  # == max_tokens
-    ({"max_reasoning_tokens": 8, "enable_thinking": False}, "max_reasoning_tokens"),
-    ({"max_reasoning_tokens": 8, "reasoning_effort": "low", "enable_thinking": True}, "max_reasoning_tokens"),
-    ({"reasoning_effort": "huge"}, "reasoning_effort"),
-    ({"enable_thinking": True, "chat_template_kwargs": {"enable_thinking": False}}, "enable_thinking"),
-    ({"reasoning_effort": "none", "enable_thinking": True}, "reasoning_effort"),
-])
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        ({"max_reasoning_tokens": -1, "enable_thinking": True}, "max_reasoning_tokens"),
+        ({"max_reasoning_tokens": 1.5, "enable_thinking": True}, "max_reasoning_tokens"),
+        ({"max_reasoning_tokens": "10", "enable_thinking": True}, "max_reasoning_tokens"),
+        ({"max_reasoning_tokens": 32, "enable_thinking": True}, "max_reasoning_tokens"),  # == max_tokens
+        ({"max_reasoning_tokens": 8, "enable_thinking": False}, "max_reasoning_tokens"),
+        ({"max_reasoning_tokens": 8, "reasoning_effort": "low", "enable_thinking": True}, "max_reasoning_tokens"),
+        ({"reasoning_effort": "huge"}, "reasoning_effort"),
+        ({"enable_thinking": True, "chat_template_kwargs": {"enable_thinking": False}}, "enable_thinking"),
+        ({"reasoning_effort": "none", "enable_thinking": True}, "reasoning_effort"),
+    ],
+)
 def test_invalid_budgets_are_400s(qwen_server, body, param):
     resp = post(qwen_server, **body)
     assert resp.status_code == 400, resp.text
@@ -232,8 +266,14 @@ def test_a_call_begun_inside_the_budget_never_gets_the_end_marker(scripted, tool
     answer's calls are whole, valid, and free of the marker."""
     scripted.write({"regex": PARTIAL_CALL.replace("{", "\\{") + "[0-9]{64}"})
     # one call: the random model may keep calling until max_tokens when parallel calls are on
-    kw = dict(max_tokens=140, seed=2, tools=[PICK], tool_choice=tool_choice, parallel_tool_calls=False,
-              extra_body={"enable_thinking": True, "max_reasoning_tokens": 60})
+    kw = dict(
+        max_tokens=140,
+        seed=2,
+        tools=[PICK],
+        tool_choice=tool_choice,
+        parallel_tool_calls=False,
+        extra_body={"enable_thinking": True, "max_reasoning_tokens": 60},
+    )
     resp = chat(scripted.server, **kw)
     choice = resp.choices[0]
     assert resp.usage.completion_tokens_details.reasoning_tokens == 60

@@ -12,10 +12,29 @@ from pathlib import Path
 def test_no_server_errors(qwen_server, tmp_path):
     cli = Path(sys.executable).with_name("schemathesis")
     proc = subprocess.run(
-        [str(cli), "run", f"{qwen_server.base_url}/openapi.json", "--checks", "not_a_server_error",
-         "--max-examples", "40", "--seed", "1", "--workers", "1", "--request-timeout", "120",
-         "--report", "ndjson", "--report-dir", str(tmp_path)],
-        capture_output=True, text=True, timeout=1200)
+        [
+            str(cli),
+            "run",
+            f"{qwen_server.base_url}/openapi.json",
+            "--checks",
+            "not_a_server_error",
+            "--max-examples",
+            "40",
+            "--seed",
+            "1",
+            "--workers",
+            "1",
+            "--request-timeout",
+            "120",
+            "--report",
+            "ndjson",
+            "--report-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     out = proc.stdout + proc.stderr
     print(out[-3000:])
     assert proc.returncode == 0, out[-6000:]

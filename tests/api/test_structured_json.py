@@ -28,8 +28,13 @@ def test_corpus_outputs_that_finish_validate_smollm2(smol_server):
     """Every finished output validates; truncated ones are reported as such."""
 
     def one(entry):
-        resp = _post(smol_server, response_format=_fmt(entry["schema"], entry["name"]), max_tokens=192, temperature=0,
-                     messages=[{"role": "user", "content": f"Give one example {entry['name'].replace('_', ' ')} as JSON."}])
+        resp = _post(
+            smol_server,
+            response_format=_fmt(entry["schema"], entry["name"]),
+            max_tokens=192,
+            temperature=0,
+            messages=[{"role": "user", "content": f"Give one example {entry['name'].replace('_', ' ')} as JSON."}],
+        )
         assert resp.status_code == 200, resp.text
         return entry, resp.json()["choices"][0]
 
@@ -52,11 +57,19 @@ def test_corpus_outputs_that_finish_validate_smollm2(smol_server):
 
 
 BOUNDED = [
-    {"type": "object", "properties": {"label": {"enum": ["spam", "ham", "unsure"]}}, "required": ["label"],
-     "additionalProperties": False},
+    {
+        "type": "object",
+        "properties": {"label": {"enum": ["spam", "ham", "unsure"]}},
+        "required": ["label"],
+        "additionalProperties": False,
+    },
     {"type": "array", "items": {"type": "boolean"}, "minItems": 2, "maxItems": 3},
-    {"type": "object", "properties": {"ok": {"type": "boolean"}, "code": {"enum": [200, 404]}},
-     "required": ["ok", "code"], "additionalProperties": False},
+    {
+        "type": "object",
+        "properties": {"ok": {"type": "boolean"}, "code": {"enum": [200, 404]}},
+        "required": ["ok", "code"],
+        "additionalProperties": False,
+    },
 ]
 
 
@@ -71,7 +84,9 @@ def test_random_model_is_forced_into_the_schema(qwen_server, schema):
 
 
 def test_json_object_gives_an_object(qwen_server):
-    choice = _post(qwen_server, response_format={"type": "json_object"}, max_tokens=64, temperature=0).json()["choices"][0]
+    choice = _post(qwen_server, response_format={"type": "json_object"}, max_tokens=64, temperature=0).json()[
+        "choices"
+    ][0]
     if choice["finish_reason"] == "stop":
         assert isinstance(json.loads(choice["message"]["content"]), dict)
     assert choice["message"]["content"].startswith("{")
@@ -79,8 +94,14 @@ def test_json_object_gives_an_object(qwen_server):
 
 def test_stream_equals_non_stream_with_schema(qwen_server):
     client = openai.OpenAI(base_url=f"{qwen_server.base_url}/v1", api_key="x", max_retries=0)
-    kw = dict(model=qwen_server.model_name, messages=USER, max_tokens=40, temperature=1.0, seed=5,
-              response_format=_fmt(BOUNDED[2]))
+    kw = dict(
+        model=qwen_server.model_name,
+        messages=USER,
+        max_tokens=40,
+        temperature=1.0,
+        seed=5,
+        response_format=_fmt(BOUNDED[2]),
+    )
     full = client.chat.completions.create(**kw)
     text, last = "", None
     for chunk in client.chat.completions.create(stream=True, **kw):
@@ -123,10 +144,16 @@ def test_bad_schemas_are_400s_and_the_server_keeps_serving(qwen_server, case):
 def test_10k_deep_nesting_is_a_400(qwen_server):
     n = 10_000  # too deep for any JSON encoder too: build the body by hand
     schema = '{"type":"object","properties":{"a":' * n + '{"type":"object"}' + "}}" * n
-    body = (f'{{"model":"{qwen_server.model_name}","messages":[{{"role":"user","content":"hi"}}],'
-            f'"response_format":{{"type":"json_schema","json_schema":{{"name":"x","schema":{schema}}}}}}}')
-    resp = httpx.post(f"{qwen_server.base_url}/v1/chat/completions", content=body,
-                      headers={"content-type": "application/json"}, timeout=60)
+    body = (
+        f'{{"model":"{qwen_server.model_name}","messages":[{{"role":"user","content":"hi"}}],'
+        f'"response_format":{{"type":"json_schema","json_schema":{{"name":"x","schema":{schema}}}}}}}'
+    )
+    resp = httpx.post(
+        f"{qwen_server.base_url}/v1/chat/completions",
+        content=body,
+        headers={"content-type": "application/json"},
+        timeout=60,
+    )
     assert resp.status_code == 400
     assert resp.json()["error"]["code"] in ("invalid_json", "schema_too_complex")
     assert "nested too deeply" in resp.json()["error"]["message"] or resp.json()["error"]["param"]
@@ -164,15 +191,18 @@ def test_a_ref_loop_is_a_400_before_the_engine(qwen_server):
     kw = dict(model=qwen_server.model_name, messages=USER, max_tokens=16)
     for stream in (False, True):
         with pytest.raises(openai.BadRequestError) as info:
-            client.chat.completions.create(response_format=_fmt({"$defs": LOOP_DEFS, "$ref": "#/$defs/a"}),
-                                           stream=stream, **kw)
+            client.chat.completions.create(
+                response_format=_fmt({"$defs": LOOP_DEFS, "$ref": "#/$defs/a"}), stream=stream, **kw
+            )
         err = info.value.body
         assert (err["param"], err["code"]) == ("response_format.json_schema.schema", "unsatisfiable_schema")
         assert "#/$defs/a -($ref)-> #/$defs/b -($ref)-> #/$defs/a" in err["message"]
         assert not [t for t in ENGINE_TEXT if t in err["message"]], err["message"]
     looped = {"type": "object", "properties": {"p": {"$ref": "#/$defs/a"}}, "required": ["p"], "$defs": LOOP_DEFS}
-    tools = [{"type": "function", "function": {"name": n, "parameters": p}}
-             for n, p in (("fine", {"type": "object"}), ("looped", looped))]
+    tools = [
+        {"type": "function", "function": {"name": n, "parameters": p}}
+        for n, p in (("fine", {"type": "object"}), ("looped", looped))
+    ]
     with pytest.raises(openai.BadRequestError) as info:
         client.chat.completions.create(tools=tools, tool_choice="required", **kw)
     err = info.value.body

@@ -24,11 +24,30 @@ import pytest
 from jsonschema import Draft202012Validator
 
 MAX_TOKENS = 64
-PICK = {"type": "function", "function": {"name": "pick", "parameters": {
-    "type": "object", "properties": {"color": {"enum": ["red", "blue"]}, "bright": {"type": "boolean"}},
-    "required": ["color", "bright"], "additionalProperties": False}}}
-FLAG = {"type": "function", "function": {"name": "flag", "parameters": {
-    "type": "object", "properties": {"on": {"type": "boolean"}}, "required": ["on"], "additionalProperties": False}}}
+PICK = {
+    "type": "function",
+    "function": {
+        "name": "pick",
+        "parameters": {
+            "type": "object",
+            "properties": {"color": {"enum": ["red", "blue"]}, "bright": {"type": "boolean"}},
+            "required": ["color", "bright"],
+            "additionalProperties": False,
+        },
+    },
+}
+FLAG = {
+    "type": "function",
+    "function": {
+        "name": "flag",
+        "parameters": {
+            "type": "object",
+            "properties": {"on": {"type": "boolean"}},
+            "required": ["on"],
+            "additionalProperties": False,
+        },
+    },
+}
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in (PICK, FLAG)}
 CHOICES = {"required": "required", "named": {"type": "function", "function": {"name": "pick"}}}
 SEEDS = range(3)
@@ -60,9 +79,16 @@ def stopping(assets, scripted_server):
 def chat(server, seed: int, **kw):
     c = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="x", max_retries=0, timeout=300)
     return c.chat.completions.create(
-        model=server.model_name, messages=[{"role": "user", "content": "Pick a color."}], tools=[PICK, FLAG],
-        max_tokens=MAX_TOKENS, temperature=1.0, seed=seed, extra_body={"enable_thinking": False},
-        extra_headers={"X-Request-Id": f"tool-stop-{seed}-scripted"}, **kw)
+        model=server.model_name,
+        messages=[{"role": "user", "content": "Pick a color."}],
+        tools=[PICK, FLAG],
+        max_tokens=MAX_TOKENS,
+        temperature=1.0,
+        seed=seed,
+        extra_body={"enable_thinking": False},
+        extra_headers={"X-Request-Id": f"tool-stop-{seed}-scripted"},
+        **kw,
+    )
 
 
 def check_call(name: str, arguments: str, tool_choice: str) -> None:
@@ -76,8 +102,12 @@ def test_the_model_stops_after_its_call(stopping, tool_choice, parallel):
     for seed in SEEDS:
         resp = chat(stopping, seed, tool_choice=CHOICES[tool_choice], parallel_tool_calls=parallel)
         choice, calls = resp.choices[0], resp.choices[0].message.tool_calls or []
-        summary = (seed, choice.finish_reason, resp.usage.completion_tokens,
-                   [(c.function.name, c.function.arguments) for c in calls])
+        summary = (
+            seed,
+            choice.finish_reason,
+            resp.usage.completion_tokens,
+            [(c.function.name, c.function.arguments) for c in calls],
+        )
         assert choice.finish_reason == "tool_calls", summary
         assert len(calls) == 1, summary
         check_call(calls[0].function.name, calls[0].function.arguments, tool_choice)
@@ -89,8 +119,14 @@ def test_the_stream_stops_after_its_call(stopping):
     for seed in SEEDS:
         full = chat(stopping, seed, tool_choice="required", parallel_tool_calls=True)
         deltas, finishes, usage = [], [], None
-        for chunk in chat(stopping, seed, tool_choice="required", parallel_tool_calls=True, stream=True,
-                          stream_options={"include_usage": True}):
+        for chunk in chat(
+            stopping,
+            seed,
+            tool_choice="required",
+            parallel_tool_calls=True,
+            stream=True,
+            stream_options={"include_usage": True},
+        ):
             usage = chunk.usage or usage
             for c in chunk.choices:
                 deltas += c.delta.tool_calls or []

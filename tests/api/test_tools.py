@@ -86,8 +86,9 @@ def check_required(choice, tool) -> str:
 
 def run_required(server, max_tokens):
     def one(tool):
-        resp = ask(server, [tool], prompt_for(tool), tool_choice="required", parallel_tool_calls=False,
-                   max_tokens=max_tokens)
+        resp = ask(
+            server, [tool], prompt_for(tool), tool_choice="required", parallel_tool_calls=False, max_tokens=max_tokens
+        )
         return check_required(resp.choices[0], tool)
 
     with ThreadPoolExecutor(8) as pool:
@@ -111,8 +112,13 @@ def test_required_over_the_tool_corpus_tiny_qwen3(qwen_server):
 @pytest.mark.parametrize("server_name", ["smol_server", "qwen_server"])
 def test_named_tool_is_the_one_called(request, server_name):
     server = request.getfixturevalue(server_name)
-    choice = ask(server, [WEATHER, *DISTRACTORS], "Send an email to Bob.", max_tokens=96,
-                 tool_choice={"type": "function", "function": {"name": "convert_units"}}).choices[0]
+    choice = ask(
+        server,
+        [WEATHER, *DISTRACTORS],
+        "Send an email to Bob.",
+        max_tokens=96,
+        tool_choice={"type": "function", "function": {"name": "convert_units"}},
+    ).choices[0]
     assert choice.message.tool_calls and {c.function.name for c in choice.message.tool_calls} == {"convert_units"}
 
 
@@ -125,9 +131,16 @@ def test_parallel_false_means_one_call_and_true_allows_more(smol_server):
 
 
 def test_allowed_tools_restricts_the_calls(smol_server):
-    choice = ask(smol_server, [WEATHER, *DISTRACTORS], "What is the weather in Oslo?", max_tokens=96,
-                 tool_choice={"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": [
-                     {"type": "function", "function": {"name": "send_email"}}]}}).choices[0]
+    choice = ask(
+        smol_server,
+        [WEATHER, *DISTRACTORS],
+        "What is the weather in Oslo?",
+        max_tokens=96,
+        tool_choice={
+            "type": "allowed_tools",
+            "allowed_tools": {"mode": "required", "tools": [{"type": "function", "function": {"name": "send_email"}}]},
+        },
+    ).choices[0]
     assert {c.function.name for c in choice.message.tool_calls} == {"send_email"}
 
 
@@ -143,8 +156,9 @@ def test_auto_gives_text_or_a_valid_call(smol_server):
 
 
 def test_tool_choice_none_never_calls(smol_server):
-    choice = ask(smol_server, [WEATHER], "What's the weather like in Paris today?", tool_choice="none",
-                 max_tokens=48).choices[0]
+    choice = ask(
+        smol_server, [WEATHER], "What's the weather like in Paris today?", tool_choice="none", max_tokens=48
+    ).choices[0]
     assert choice.message.tool_calls is None and choice.finish_reason in ("stop", "length")
     assert choice.message.content
 
@@ -154,19 +168,27 @@ def test_multi_turn_with_a_tool_result(request, server_name):
     server = request.getfixturevalue(server_name)
     c = client(server)
     first = c.chat.completions.create(
-        model=server.model_name, messages=[{"role": "user", "content": "Weather in Paris?"}], tools=[WEATHER],
-        tool_choice="required", parallel_tool_calls=False, max_tokens=64, temperature=0)
+        model=server.model_name,
+        messages=[{"role": "user", "content": "Weather in Paris?"}],
+        tools=[WEATHER],
+        tool_choice="required",
+        parallel_tool_calls=False,
+        max_tokens=64,
+        temperature=0,
+    )
     call = first.choices[0].message.tool_calls[0]
     history = [
         {"role": "user", "content": "Weather in Paris?"},
         {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
         {"role": "tool", "tool_call_id": call.id, "content": '{"temperature_c": 21, "sky": "sunny"}'},
     ]
-    second = c.chat.completions.create(model=server.model_name, messages=history, tools=[WEATHER],
-                                       tool_choice="none", max_tokens=24, temperature=0)
+    second = c.chat.completions.create(
+        model=server.model_name, messages=history, tools=[WEATHER], tool_choice="none", max_tokens=24, temperature=0
+    )
     assert second.choices[0].message.content
-    without = c.chat.completions.create(model=server.model_name, messages=history[:1], tools=[WEATHER],
-                                        tool_choice="none", max_tokens=1)
+    without = c.chat.completions.create(
+        model=server.model_name, messages=history[:1], tools=[WEATHER], tool_choice="none", max_tokens=1
+    )
     assert second.usage.prompt_tokens > without.usage.prompt_tokens + 20  # the call and result are in the prompt
 
 
@@ -193,8 +215,9 @@ def test_stream_assembles_to_the_non_stream_result(request, server_name, choice)
     server = request.getfixturevalue(server_name)
     kw = dict(tool_choice=choice, max_tokens=80, seed=3, temperature=0.7)
     full = ask(server, [WEATHER, *DISTRACTORS], "Weather in Rome, and email Ann about it.", **kw).choices[0]
-    content, calls, finish = assemble(ask(server, [WEATHER, *DISTRACTORS], "Weather in Rome, and email Ann about it.",
-                                          stream=True, **kw))
+    content, calls, finish = assemble(
+        ask(server, [WEATHER, *DISTRACTORS], "Weather in Rome, and email Ann about it.", stream=True, **kw)
+    )
     expected = [(c.function.name, c.function.arguments) for c in full.message.tool_calls or ()]
     assert [(name, args) for _, name, args in calls] == expected
     assert content == (full.message.content or "") and finish == full.finish_reason
@@ -203,13 +226,25 @@ def test_stream_assembles_to_the_non_stream_result(request, server_name, choice)
 @pytest.mark.parametrize("server_name", ["smol_server", "qwen_server"])
 def test_tools_with_response_format_auto_is_a_call_or_the_json(request, server_name):
     server = request.getfixturevalue(server_name)
-    schema = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"],
-              "additionalProperties": False}
+    schema = {
+        "type": "object",
+        "properties": {"answer": {"type": "string"}},
+        "required": ["answer"],
+        "additionalProperties": False,
+    }
     fmt = {"type": "json_schema", "json_schema": {"name": "reply", "schema": schema}}
     kinds = set()
     for seed, content in enumerate(["What's the weather like in Paris today?", "Say hello."] * 3):
-        choice = ask(server, [WEATHER], content, response_format=fmt, max_tokens=64, temperature=1.0, seed=seed,
-                     parallel_tool_calls=False).choices[0]
+        choice = ask(
+            server,
+            [WEATHER],
+            content,
+            response_format=fmt,
+            max_tokens=64,
+            temperature=1.0,
+            seed=seed,
+            parallel_tool_calls=False,
+        ).choices[0]
         kinds.add("call" if choice.message.tool_calls else "json")
         if choice.message.tool_calls:
             assert choice.finish_reason in ("tool_calls", "length") and not choice.message.content

@@ -43,9 +43,23 @@ class Container:
     def __init__(self, name: str, model_dir: Path) -> None:
         self.name, self.port = name, free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        sh("bash", str(SCRIPT), "run", name, str(self.port), "-v", f"{model_dir}:{MODEL_IN_IMAGE}:ro",
-           "-e", f"STRUCTSERVE_MODEL={MODEL_IN_IMAGE}", "-e", "STRUCTSERVE_DTYPE=float32",
-           "-e", "STRUCTSERVE_REASONING__DEFAULT_THINKING=false", "-e", "STRUCTSERVE_ENGINE__MAX_TOTAL_TOKENS=8192")
+        sh(
+            "bash",
+            str(SCRIPT),
+            "run",
+            name,
+            str(self.port),
+            "-v",
+            f"{model_dir}:{MODEL_IN_IMAGE}:ro",
+            "-e",
+            f"STRUCTSERVE_MODEL={MODEL_IN_IMAGE}",
+            "-e",
+            "STRUCTSERVE_DTYPE=float32",
+            "-e",
+            "STRUCTSERVE_REASONING__DEFAULT_THINKING=false",
+            "-e",
+            "STRUCTSERVE_ENGINE__MAX_TOTAL_TOKENS=8192",
+        )
 
     def wait_ready(self, timeout: float = 420) -> None:
         def alive() -> str | None:
@@ -84,7 +98,9 @@ def replicas(image, assets):
 def balancer(replicas, tmp_path_factory):
     conf, port = (ROOT / "deploy" / "nginx.conf").read_text(), free_port()
     servers = "".join(f"        server 127.0.0.1:{c.port} max_fails=1 fail_timeout=10s;\n" for c in replicas)
-    conf = re.sub(r"(        server replica\d:8000[^\n]*\n)+", servers, conf).replace("listen 8080;", f"listen 127.0.0.1:{port};")
+    conf = re.sub(r"(        server replica\d:8000[^\n]*\n)+", servers, conf).replace(
+        "listen 8080;", f"listen 127.0.0.1:{port};"
+    )
     path = tmp_path_factory.mktemp("nginx") / "nginx.conf"
     path.write_text(conf.replace("/tmp/structserve-nginx.pid", str(path.with_suffix(".pid"))))
     proc = subprocess.Popen(["nginx", "-c", str(path), "-g", "daemon off;"], stderr=subprocess.PIPE, text=True)
@@ -104,8 +120,9 @@ def balancer(replicas, tmp_path_factory):
 
 def ask(base_url: str) -> openai.types.chat.ChatCompletion:
     client = openai.OpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0, timeout=120)
-    return client.chat.completions.create(model="qwen3-tiny", max_tokens=4, temperature=0,
-                                          messages=[{"role": "user", "content": "Hello"}])
+    return client.chat.completions.create(
+        model="qwen3-tiny", max_tokens=4, temperature=0, messages=[{"role": "user", "content": "Hello"}]
+    )
 
 
 def test_one_container_serves(replicas):
@@ -121,16 +138,22 @@ def test_one_container_serves(replicas):
 def test_balancer_spreads_and_drops_a_stopped_replica(replicas, balancer):
     ports = Counter()
     for _ in range(12):
-        resp = httpx.post(f"{balancer}/v1/chat/completions", timeout=120, json={
-            "model": "qwen3-tiny", "max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}]})
+        resp = httpx.post(
+            f"{balancer}/v1/chat/completions",
+            timeout=120,
+            json={"model": "qwen3-tiny", "max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}]},
+        )
         assert resp.status_code == 200, resp.text
         ports[resp.headers["x-upstream"].rsplit(":", 1)[1]] += 1
     assert set(ports) == {str(c.port) for c in replicas}, ports  # both replicas served
     assert replicas[0].stop() == 0  # SIGTERM: drained, exit 0
     after = Counter()
     for _ in range(6):
-        resp = httpx.post(f"{balancer}/v1/chat/completions", timeout=120, json={
-            "model": "qwen3-tiny", "max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}]})
+        resp = httpx.post(
+            f"{balancer}/v1/chat/completions",
+            timeout=120,
+            json={"model": "qwen3-tiny", "max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}]},
+        )
         assert resp.status_code == 200, resp.text
         after[resp.headers["x-upstream"].rsplit(":", 1)[-1]] += 1
     assert set(after) == {str(replicas[1].port)}, after

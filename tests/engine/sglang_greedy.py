@@ -33,17 +33,26 @@ def main() -> None:
     prepare_process_env("cpu")
     import sglang
 
-    options = EngineOptions(model_path=model_dir, dtype=dtype, engine=EngineSettings(max_total_tokens=4096, page_size=1),
-                            kv_cache=kv_cache, quantization=None if scheme == "none" else f"structserve_{scheme}")
+    options = EngineOptions(
+        model_path=model_dir,
+        dtype=dtype,
+        engine=EngineSettings(max_total_tokens=4096, page_size=1),
+        kv_cache=kv_cache,
+        quantization=None if scheme == "none" else f"structserve_{scheme}",
+    )
     engine = sglang.Engine(**options.engine_kwargs())
     try:
         params = {"temperature": 0, "max_new_tokens": n_tokens, "ignore_eos": True}
         forced = os.environ.get("INPUT_LOGPROBS") == "1"
-        outs = engine.generate(input_ids=prompts, sampling_params=params, return_logprob=True,
-                               logprob_start_len=0 if forced else None)
+        outs = engine.generate(
+            input_ids=prompts, sampling_params=params, return_logprob=True, logprob_start_len=0 if forced else None
+        )
         if forced:
-            print("INPUT_LOGPROBS " + json.dumps([[lp[0] for lp in o["meta_info"]["input_token_logprobs"][1:]]
-                                                  for o in outs]), flush=True)
+            print(
+                "INPUT_LOGPROBS "
+                + json.dumps([[lp[0] for lp in o["meta_info"]["input_token_logprobs"][1:]] for o in outs]),
+                flush=True,
+            )
         print("OUTPUT_IDS " + json.dumps([o["output_ids"] for o in outs]), flush=True)
         logprobs = [[lp[0] for lp in o["meta_info"]["output_token_logprobs"]] for o in outs]
         print("LOGPROBS " + json.dumps(logprobs), flush=True)

@@ -33,8 +33,9 @@ def main() -> None:
     import sglang
 
     pool = int(os.environ.get("POOL", 8192))
-    options = EngineOptions(model_path=model_dir, dtype=dtype, engine=EngineSettings(max_total_tokens=pool, page_size=16),
-                            prefix_cache=mode)
+    options = EngineOptions(
+        model_path=model_dir, dtype=dtype, engine=EngineSettings(max_total_tokens=pool, page_size=16), prefix_cache=mode
+    )
     engine = sglang.Engine(**options.engine_kwargs())
     try:
         params = {"temperature": 0, "max_new_tokens": n_tokens, "ignore_eos": True}

@@ -27,7 +27,7 @@ def hf_greedy(model_dir, prompt_ids):
             for _ in range(N_TOKENS):
                 logits = model(torch.tensor([seq])).logits[0, -1]
                 seq.append(int(torch.argmax(logits)))
-            outs.append(seq[len(ids):])
+            outs.append(seq[len(ids) :])
     return outs
 
 
@@ -35,11 +35,13 @@ def sglang_greedy(model_dir, prompt_ids):
     script = Path(__file__).with_name("sglang_greedy.py")
     proc = subprocess.run(
         [sys.executable, str(script), str(model_dir), str(N_TOKENS), json.dumps([list(p) for p in prompt_ids])],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     line = next((l for l in proc.stdout.splitlines() if l.startswith("OUTPUT_IDS ")), None)
     assert line, f"engine run failed ({proc.returncode}):\n{proc.stderr[-3000:]}"
-    return json.loads(line[len("OUTPUT_IDS "):])
+    return json.loads(line[len("OUTPUT_IDS ") :])
 
 
 @pytest.mark.parametrize("asset", ["qwen3_tiny", "smollm2"])

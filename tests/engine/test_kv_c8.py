@@ -32,11 +32,16 @@ def run(model_dir, prompt_ids, kv_cache, env=None) -> dict:
     script = Path(__file__).with_name("sglang_greedy.py")
     proc = subprocess.run(
         [sys.executable, str(script), str(model_dir), str(N_TOKENS), json.dumps(prompt_ids), kv_cache],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True,
+        text=True,
+        timeout=600,
         env={**os.environ, "INPUT_LOGPROBS": "1", **(env or {})},
     )
-    found = {line.split(" ", 1)[0]: json.loads(line.split(" ", 1)[1]) for line in proc.stdout.splitlines()
-             if line.startswith(("OUTPUT_IDS ", "LOGPROBS ", "INPUT_LOGPROBS ", "POOL "))}
+    found = {
+        line.split(" ", 1)[0]: json.loads(line.split(" ", 1)[1])
+        for line in proc.stdout.splitlines()
+        if line.startswith(("OUTPUT_IDS ", "LOGPROBS ", "INPUT_LOGPROBS ", "POOL "))
+    }
     assert proc.returncode == 0 and len(found) == 4, proc.stderr[-3000:]
     POOLS[kv_cache] = found["POOL"]
     return found
@@ -46,14 +51,17 @@ def compare(label, ref, quant):
     """Greedy decoding of the PROMPTS: the logprobs of the common prefix differ, slightly."""
     agree, deltas = 0, []
     n = len(PROMPTS)
-    for r_ids, r_lp, q_ids, q_lp in zip(ref["OUTPUT_IDS"][:n], ref["LOGPROBS"][:n], quant["OUTPUT_IDS"][:n],
-                                        quant["LOGPROBS"][:n]):
+    for r_ids, r_lp, q_ids, q_lp in zip(
+        ref["OUTPUT_IDS"][:n], ref["LOGPROBS"][:n], quant["OUTPUT_IDS"][:n], quant["LOGPROBS"][:n]
+    ):
         assert len(q_ids) == N_TOKENS
         same = next((i for i, (a, b) in enumerate(zip(r_ids, q_ids)) if a != b), N_TOKENS)
         agree += same
         deltas += [abs(a - b) for a, b in zip(r_lp[:same], q_lp[:same])]
-    print(f"\n{label}: greedy agreement {agree}/{N_TOKENS * n} tokens before the first "
-          f"divergence; |Δ logprob| mean {sum(deltas) / len(deltas):.4f} max {max(deltas):.4f}")
+    print(
+        f"\n{label}: greedy agreement {agree}/{N_TOKENS * n} tokens before the first "
+        f"divergence; |Δ logprob| mean {sum(deltas) / len(deltas):.4f} max {max(deltas):.4f}"
+    )
     assert max(deltas) > 0, "identical logprobs: the quantized cache was not read"
     assert max(deltas) < 0.5
 
@@ -99,13 +107,17 @@ def test_c8_serves_and_tracks_the_unquantized_cache(assets, model, tmp_path):
         prompt_ids.append(outlier_prompt(model_dir, calibration))
     ref = run(model_dir, prompt_ids, "bf16")
     compare(f"{model} c8_dynamic", ref, run(model_dir, prompt_ids, "c8_dynamic"))
-    runs = {mode: run(model_dir, prompt_ids, mode, env=RuntimeExtConfig(kv_calibration=calib).to_env())
-            for mode in ("c8_static", "c8_static_residual")}
+    runs = {
+        mode: run(model_dir, prompt_ids, mode, env=RuntimeExtConfig(kv_calibration=calib).to_env())
+        for mode in ("c8_static", "c8_static_residual")
+    }
     for mode, quant in runs.items():
         compare(f"{model} {mode}", ref, quant)
     residual = POOLS["c8_static_residual"]
-    print(f"{model} residual: outlier rate {residual['outlier_rate']:.2%}, {residual['slots_used']}/"
-          f"{residual['slots']} slots used, {residual['dropped']} dropped")
+    print(
+        f"{model} residual: outlier rate {residual['outlier_rate']:.2%}, {residual['slots_used']}/"
+        f"{residual['slots']} slots used, {residual['dropped']} dropped"
+    )
     assert residual["vectors_stored"] > 0 and residual["slots"] > 0
     if model == "qwen3_tiny":  # the residual changes what attention reads
         errors = {mode: forced_error(ref, quant) for mode, quant in runs.items()}

@@ -36,10 +36,18 @@ def shared_prefix_prompts(vocab: int, n: int = N_PROMPTS, seed: int = 0) -> list
 def run(model_dir: Path, prompts_file: Path, mode: str, events: Path | None = None) -> dict:
     script = Path(__file__).with_name("sglang_prefix_run.py")
     env = dict(os.environ, POOL="2048") | (RuntimeExtConfig(prefix_events=events).to_env() if events else {})
-    proc = subprocess.run([sys.executable, str(script), str(model_dir), str(N_TOKENS), str(prompts_file), mode, "4"],
-                          capture_output=True, text=True, timeout=900, env=env)
-    found = {line.split(" ", 1)[0]: json.loads(line.split(" ", 1)[1]) for line in proc.stdout.splitlines()
-             if line.startswith(("OUTPUT_IDS ", "LOGPROBS ", "CACHED ", "PREFIX ", "CENSUS "))}
+    proc = subprocess.run(
+        [sys.executable, str(script), str(model_dir), str(N_TOKENS), str(prompts_file), mode, "4"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+    )
+    found = {
+        line.split(" ", 1)[0]: json.loads(line.split(" ", 1)[1])
+        for line in proc.stdout.splitlines()
+        if line.startswith(("OUTPUT_IDS ", "LOGPROBS ", "CACHED ", "PREFIX ", "CENSUS "))
+    }
     assert proc.returncode == 0 and len(found) == 5, proc.stderr[-3000:]
     census = found["CENSUS"]  # at idle: every slot free or in the tree, nothing locked, nothing twice
     assert census["free"] + census["tree_evictable"] == census["total"], census
@@ -73,8 +81,10 @@ def test_combined_blocks_change_reuse_but_never_the_output(assets, tmp_path):
     plain = run(assets.qwen3_tiny, prompts_file, "sglang")
     combined = run(assets.qwen3_tiny, prompts_file, "combined", events=tmp_path / "events.jsonl")
     pages = check_events(tmp_path / "events.jsonl", combined["CENSUS"])
-    print(f"\ncached tokens: sglang {sum(plain['CACHED'])}, combined {sum(combined['CACHED'])}; "
-          f"report {combined['PREFIX']}; event pages {pages}")
+    print(
+        f"\ncached tokens: sglang {sum(plain['CACHED'])}, combined {sum(combined['CACHED'])}; "
+        f"report {combined['PREFIX']}; event pages {pages}"
+    )
     assert pages["removed"] > 0 and combined["PREFIX"]["evicted_tokens"] > 0  # the small pool evicted
     assert sum(off["CACHED"]) == 0 and sum(plain["CACHED"]) > sum(combined["CACHED"]) > 0
     assert all(c % UNIT == 0 for c in combined["CACHED"])  # whole units only

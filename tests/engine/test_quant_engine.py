@@ -36,13 +36,26 @@ ONLINE: dict[str, tuple] = {}  # case -> (ids, logprobs) of the online runs
 
 def generate(model_dir: Path, ids: list[int], scheme: str, policy: dict) -> tuple[list[int], dict]:
     script = Path(__file__).with_name("sglang_greedy.py")
-    policy = {"scheme": scheme if scheme != "modelslim" else "w8a8_dynamic", "group_size": 128,
-              "stage_aware": False, "keep": [], **policy}  # (a modelslim checkpoint describes itself)
+    policy = {
+        "scheme": scheme if scheme != "modelslim" else "w8a8_dynamic",
+        "group_size": 128,
+        "stage_aware": False,
+        "keep": [],
+        **policy,
+    }  # (a modelslim checkpoint describes itself)
     env = {**os.environ, **RuntimeExtConfig(quant_policy=QuantPolicy.from_json(json.dumps(policy))).to_env()}
-    proc = subprocess.run([sys.executable, str(script), str(model_dir), str(N_TOKENS), json.dumps([ids]), "bf16",
-                           scheme, "bfloat16"], capture_output=True, text=True, timeout=600, env=env)
-    found = {line.split(" ", 1)[0]: json.loads(line.split(" ", 1)[1])
-             for line in proc.stdout.splitlines() if line.startswith(("OUTPUT_IDS ", "LOGPROBS ", "QUANT "))}
+    proc = subprocess.run(
+        [sys.executable, str(script), str(model_dir), str(N_TOKENS), json.dumps([ids]), "bf16", scheme, "bfloat16"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    found = {
+        line.split(" ", 1)[0]: json.loads(line.split(" ", 1)[1])
+        for line in proc.stdout.splitlines()
+        if line.startswith(("OUTPUT_IDS ", "LOGPROBS ", "QUANT "))
+    }
     assert proc.returncode == 0 and len(found) == 3, proc.stderr[-3000:]
     return found["OUTPUT_IDS"][0], found["QUANT"], found["LOGPROBS"][0]
 
@@ -52,8 +65,9 @@ def prompt(assets):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(assets.smollm2))
-    text = tok.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}],
-                                   add_generation_prompt=True, tokenize=False)
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}], add_generation_prompt=True, tokenize=False
+    )
     return tok, tok.encode(text, add_special_tokens=False)
 
 
@@ -88,8 +102,9 @@ def test_exported_checkpoint_serves_exactly_like_online_quantization(assets, pro
         out, _, logprobs = generate(assets.smollm2, prompt[1], case, {})
         ONLINE[case] = (out, logprobs)
     out = tmp_path / case
-    result = CliRunner().invoke(app, ["quant", "export", "--model", str(assets.smollm2), "--scheme", case,
-                                      "--out", str(out)])
+    result = CliRunner().invoke(
+        app, ["quant", "export", "--model", str(assets.smollm2), "--scheme", case, "--out", str(out)]
+    )
     assert result.exit_code == 0, result.output
     desc = json.loads((out / "quant_model_description.json").read_text())
     assert desc["model.layers.0.self_attn.q_proj.weight"] == {"w8a8_dynamic": "W8A8_DYNAMIC", "w4a16": "W4A16"}[case]

@@ -9,7 +9,10 @@ import sys
 def test_launch_server_lists_structserve_parsers():
     out = subprocess.run(
         [sys.executable, "-m", "sglang.launch_server", "--help"],
-        capture_output=True, text=True, timeout=300, env={**os.environ, "SGLANG_USE_CPU_ENGINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "SGLANG_USE_CPU_ENGINE": "1"},
     )
     assert out.returncode == 0, out.stderr[-2000:]
     for name in ("structserve_generic", "structserve_qwen", "structserve_mistral"):

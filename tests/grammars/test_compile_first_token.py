@@ -13,8 +13,9 @@ import pytest
 from grammars.errors import UnsatisfiableSchemaError
 from service.types import DecodeConstraint
 
-LOOP = json.dumps({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}},
-                   "$ref": "#/$defs/a"})  # raw text: the policy would stop it first
+LOOP = json.dumps(
+    {"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}
+)  # raw text: the policy would stop it first
 PARAM = "response_format.json_schema.schema"
 
 
@@ -35,8 +36,9 @@ def test_no_first_token_is_a_400_naming_the_field(qwen3_dir: Path) -> None:
                 asyncio.run(service.ensure_compiles(DecodeConstraint("json_schema", LOOP, param=PARAM)))
             assert (info.value.code, info.value.param) == ("unsatisfiable_schema", PARAM)
             assert "allows no first token" in info.value.message
-        ok = json.dumps({"$defs": {"a": {"anyOf": [{"$ref": "#/$defs/a"}, {"type": "null"}]}},
-                         "$ref": "#/$defs/a"})  # the same loop with a way out compiles
+        ok = json.dumps(
+            {"$defs": {"a": {"anyOf": [{"$ref": "#/$defs/a"}, {"type": "null"}]}}, "$ref": "#/$defs/a"}
+        )  # the same loop with a way out compiles
         asyncio.run(service.ensure_compiles(DecodeConstraint("json_schema", ok, param=PARAM)))
     finally:
         service.close()

@@ -17,15 +17,24 @@ from grammars.compile import CompileStats, GrammarCompiler
 from grammars.errors import GrammarCompileError, SchemaTooComplexError, UnsupportedKeywordError
 from grammars.json_schema import check_schema
 
-SCHEMA = {"type": "object", "properties": {
-    "name": {"type": "string", "minLength": 1}, "email": {"type": "string", "format": "email"},
-    "age": {"type": "integer", "minimum": 0, "maximum": 150},
-    "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 5},
-    "role": {"enum": ["admin", "user", "guest"]},
-    "address": {"type": "object", "properties": {
-        "city": {"type": "string"}, "zip": {"type": "string", "pattern": "^[0-9]{5}$"}},
-        "required": ["city", "zip"], "additionalProperties": False}},
-    "required": ["name", "email", "age", "role", "address"], "additionalProperties": False}
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "minLength": 1},
+        "email": {"type": "string", "format": "email"},
+        "age": {"type": "integer", "minimum": 0, "maximum": 150},
+        "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 5},
+        "role": {"enum": ["admin", "user", "guest"]},
+        "address": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "zip": {"type": "string", "pattern": "^[0-9]{5}$"}},
+            "required": ["city", "zip"],
+            "additionalProperties": False,
+        },
+    },
+    "required": ["name", "email", "age", "role", "address"],
+    "additionalProperties": False,
+}
 SLOW = json.dumps({"type": "string", "maxLength": 20_000})  # many seconds on this vocab
 
 
@@ -68,7 +77,8 @@ def test_invalid_regex_is_a_compile_error(compiler: GrammarCompiler) -> None:
     assert info.value.message == (
         "xgrammar rejected the json_schema: Regex parsing error at position 6: The "
         "parenthesis is not closed. Fix it (e.g. a regex feature xgrammar lacks, or an "
-        "unsatisfiable constraint)")
+        "unsatisfiable constraint)"
+    )
     began = time.perf_counter()
     with pytest.raises(GrammarCompileError) as again:  # failures are cached too
         compiler.compile_json_schema(canonical)
@@ -78,8 +88,7 @@ def test_invalid_regex_is_a_compile_error(compiler: GrammarCompiler) -> None:
 def test_xgrammar_warning_is_unsupported(compiler: GrammarCompiler) -> None:
     """The backstop: text the policy would refuse, compiled anyway, is still refused."""
     with pytest.raises(UnsupportedKeywordError) as info:
-        compiler.compile_json_schema(json.dumps({"oneOf": [{"type": "integer"},
-                                                           {"type": "number"}]}))
+        compiler.compile_json_schema(json.dumps({"oneOf": [{"type": "integer"}, {"type": "number"}]}))
     [lost] = info.value.unsupported
     assert (lost.keyword, lost.pointer) == ("oneOf", None)
     assert "falling back to anyOf semantics" in lost.reason
@@ -89,8 +98,7 @@ def test_ebnf_and_structural_tag(compiler: GrammarCompiler) -> None:
     assert compiler.compile_ebnf('root ::= "yes" | "no"').cache_hit is False
     with pytest.raises(GrammarCompileError):
         compiler.compile_ebnf("root ::= (")
-    legacy = {"structures": [{"begin": "<f>", "schema": {"type": "object"}, "end": "</f>"}],
-              "triggers": ["<f>"]}
+    legacy = {"structures": [{"begin": "<f>", "schema": {"type": "object"}, "end": "</f>"}], "triggers": ["<f>"]}
     assert compiler.compile_structural_tag(json.dumps(legacy)).cache_hit is False
     tag = {"type": "structural_tag", "format": {"type": "const_string", "value": "hi"}}
     assert compiler.compile_structural_tag(json.dumps(tag)).cache_hit is False
@@ -139,8 +147,9 @@ def test_crash_is_reported_and_restarts(compiler: GrammarCompiler) -> None:
 def test_threads_share_one_compile(compiler: GrammarCompiler) -> None:
     canonical = check_schema(dict(SCHEMA, title="threads")).canonical
     results: list[CompileStats] = []
-    threads = [threading.Thread(target=lambda: results.append(
-        compiler.compile_json_schema(canonical))) for _ in range(4)]
+    threads = [
+        threading.Thread(target=lambda: results.append(compiler.compile_json_schema(canonical))) for _ in range(4)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:

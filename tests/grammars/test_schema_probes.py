@@ -26,10 +26,11 @@ LOST: dict[str, tuple[dict[str, Any], str]] = {
     "if/then": ({"if": I, "then": {"type": "integer", "minimum": 3}}, "1"),
     "uniqueItems": ({"type": "array", "items": I, "uniqueItems": True}, "[1, 1]"),
     "contains": ({"type": "array", "items": {}, "contains": I}, '["a"]'),
-    "dependentRequired": ({"type": "object", "properties": OBJ_AB,
-                           "dependentRequired": {"a": ["b"]}}, '{"a": 1}'),
-    "dependentSchemas": ({"type": "object", "properties": OBJ_AB,
-                          "dependentSchemas": {"a": {"required": ["b"]}}}, '{"a": 1}'),
+    "dependentRequired": ({"type": "object", "properties": OBJ_AB, "dependentRequired": {"a": ["b"]}}, '{"a": 1}'),
+    "dependentSchemas": (
+        {"type": "object", "properties": OBJ_AB, "dependentSchemas": {"a": {"required": ["b"]}}},
+        '{"a": 1}',
+    ),
     "allOf, two branches": ({"allOf": [I, {"type": "integer", "minimum": 3}]}, "1"),
     "sibling of anyOf": ({"type": "integer", "anyOf": [I, S]}, '"x"'),
     "sibling of $ref": ({"$defs": {"a": I}, "$ref": "#/$defs/a", "maximum": 3}, "5"),
@@ -46,34 +47,38 @@ LOST: dict[str, tuple[dict[str, Any], str]] = {
     "fractional multipleOf": ({"type": "integer", "multipleOf": 1.5}, "2"),
     "multipleOf above 1024": ({"type": "integer", "multipleOf": 1025}, "1000"),
     "multipleOf, one bound": ({"type": "integer", "multipleOf": 3, "minimum": 0}, "4"),
-    "multipleOf, wide range": ({"type": "integer", "multipleOf": 3, "minimum": 0,
-                                "maximum": 10_000}, "4"),
+    "multipleOf, wide range": ({"type": "integer", "multipleOf": 3, "minimum": 0, "maximum": 10_000}, "4"),
     "pattern + minLength": ({"type": "string", "pattern": "^a*$", "minLength": 2}, '"a"'),
-    "format + pattern": ({"type": "string", "format": "date", "pattern": "^2020"},
-                         '"2021-01-01"'),
-    "format + maxLength": ({"type": "string", "format": "email", "maxLength": 6},
-                           '"aaaa@b.co"'),
+    "format + pattern": ({"type": "string", "format": "date", "pattern": "^2020"}, '"2021-01-01"'),
+    "format + maxLength": ({"type": "string", "format": "email", "maxLength": 6}, '"aaaa@b.co"'),
     "pattern naming a backslash": ({"type": "string", "pattern": "^a\\\\b$"}, '"a\\b"'),
     "pattern naming a quote": ({"type": "string", "pattern": '^a"$'}, '"a""'),
     "pattern naming a control char": ({"type": "string", "pattern": "^\t$"}, '"\t"'),
     "pattern lookahead": ({"type": "string", "pattern": "^(?!a)[a-z]$"}, '"a"'),
     "pattern anchor inside": ({"type": "string", "pattern": "b(^a)"}, '"ba"'),
     "required, undeclared": ({"type": "object", "required": ["a"]}, "{}"),
-    "two patternProperties": ({"type": "object", "patternProperties": {
-        "^a.*$": I, "^.*b$": {"type": "integer", "minimum": 5}}}, '{"ab": 1}'),
-    "patternProperties over a property": ({"type": "object", "properties": {"ab": I},
-                                           "patternProperties": {
-                                               "^a.*$": {"type": "integer", "minimum": 5}}},
-                                          '{"ab": 1}'),
-    "propertyNames beside properties": ({"type": "object", "properties": {"abc": {}},
-                                         "propertyNames": {"maxLength": 2}}, '{"abc": 1}'),
-    "propertyNames with anyOf": ({"type": "object", "propertyNames": {
-        "anyOf": [{"pattern": "^a$"}, {"pattern": "^b$"}]}}, '{"c": 1}'),
-    "minProperties, repeated key": ({"type": "object", "additionalProperties": I,
-                                     "minProperties": 2}, '{"a": 1, "a": 2}'),
+    "two patternProperties": (
+        {"type": "object", "patternProperties": {"^a.*$": I, "^.*b$": {"type": "integer", "minimum": 5}}},
+        '{"ab": 1}',
+    ),
+    "patternProperties over a property": (
+        {"type": "object", "properties": {"ab": I}, "patternProperties": {"^a.*$": {"type": "integer", "minimum": 5}}},
+        '{"ab": 1}',
+    ),
+    "propertyNames beside properties": (
+        {"type": "object", "properties": {"abc": {}}, "propertyNames": {"maxLength": 2}},
+        '{"abc": 1}',
+    ),
+    "propertyNames with anyOf": (
+        {"type": "object", "propertyNames": {"anyOf": [{"pattern": "^a$"}, {"pattern": "^b$"}]}},
+        '{"c": 1}',
+    ),
+    "minProperties, repeated key": (
+        {"type": "object", "additionalProperties": I, "minProperties": 2},
+        '{"a": 1, "a": 2}',
+    ),
     "enum value breaking a sibling": ({"type": "string", "enum": ["a", 1]}, "1"),
-    "$ref to an anchor": ({"$defs": {"a": {"$anchor": "foo", "type": "integer"}},
-                           "$ref": "#foo"}, '"x"'),
+    "$ref to an anchor": ({"$defs": {"a": {"$anchor": "foo", "type": "integer"}}, "$ref": "#foo"}, '"x"'),
 }
 
 KEPT: dict[str, tuple[dict[str, Any], str]] = {
@@ -83,36 +88,53 @@ KEPT: dict[str, tuple[dict[str, Any], str]] = {
     "enum within type": ({"type": "string", "enum": ["a", "b"]}, '"c"'),
     "const object": ({"const": {"a": [1, 2]}}, '{"a":[1]}'),
     "pattern": ({"type": "string", "pattern": "^[a-z]+$"}, '"ab1"'),
-    "negated class pattern": ({"type": "string", "pattern": "^[^a\\\\\"]$"}, '"\\u0061"'),
+    "negated class pattern": ({"type": "string", "pattern": '^[^a\\\\"]$'}, '"\\u0061"'),
     "length": ({"type": "string", "minLength": 2, "maxLength": 3}, '"abcd"'),
     "format": ({"type": "string", "format": "uuid"}, '"123"'),
     "required": ({"type": "object", "properties": OBJ_AB, "required": ["a"]}, '{"b": 1}'),
-    "additionalProperties false": ({"type": "object", "properties": OBJ_AB,
-                                    "additionalProperties": False}, '{"c": 1}'),
-    "additionalProperties schema": ({"type": "object", "additionalProperties": I},
-                                    '{"c": "x"}'),
-    "patternProperties alone": ({"type": "object", "patternProperties": {"^x_.*$": I},
-                                 "additionalProperties": False}, '{"x_a": "s"}'),
-    "propertyNames alone": ({"type": "object", "propertyNames": {"pattern": "^[a-c]+$"}},
-                            '{"z": 1}'),
-    "min/maxProperties": ({"type": "object", "properties": {"a": {}, "b": {}, "c": {}},
-                           "minProperties": 2, "maxProperties": 2}, '{"a": 1}'),
+    "additionalProperties false": ({"type": "object", "properties": OBJ_AB, "additionalProperties": False}, '{"c": 1}'),
+    "additionalProperties schema": ({"type": "object", "additionalProperties": I}, '{"c": "x"}'),
+    "patternProperties alone": (
+        {"type": "object", "patternProperties": {"^x_.*$": I}, "additionalProperties": False},
+        '{"x_a": "s"}',
+    ),
+    "propertyNames alone": ({"type": "object", "propertyNames": {"pattern": "^[a-c]+$"}}, '{"z": 1}'),
+    "min/maxProperties": (
+        {"type": "object", "properties": {"a": {}, "b": {}, "c": {}}, "minProperties": 2, "maxProperties": 2},
+        '{"a": 1}',
+    ),
     "min/maxItems": ({"type": "array", "items": I, "minItems": 1, "maxItems": 2}, "[1, 2, 3]"),
     "prefixItems + items": ({"type": "array", "prefixItems": [I], "items": S}, "[1, 2]"),
-    "unevaluatedProperties": ({"type": "object", "properties": {"a": {}},
-                               "unevaluatedProperties": False}, '{"b": 1}'),
+    "unevaluatedProperties": ({"type": "object", "properties": {"a": {}}, "unevaluatedProperties": False}, '{"b": 1}'),
     "anyOf": ({"anyOf": [I, S]}, "null"),
     "oneOf by type": ({"oneOf": [I, S, {"type": "null"}]}, "1.5"),
-    "oneOf by discriminator": ({"oneOf": [
-        {"type": "object", "properties": {"k": {"const": "a"}, "v": I}, "required": ["k", "v"]},
-        {"type": "object", "properties": {"k": {"const": "b"}, "v": S}, "required": ["k", "v"]},
-    ]}, '{"k": "a", "v": "x"}'),
+    "oneOf by discriminator": (
+        {
+            "oneOf": [
+                {"type": "object", "properties": {"k": {"const": "a"}, "v": I}, "required": ["k", "v"]},
+                {"type": "object", "properties": {"k": {"const": "b"}, "v": S}, "required": ["k", "v"]},
+            ]
+        },
+        '{"k": "a", "v": "x"}',
+    ),
     "allOf, one branch": ({"allOf": [I]}, '"a"'),
-    "keywords of another type": ({"type": "integer", "format": "int32", "pattern": "^x$",
-                                  "minLength": 3, "required": ["a"]}, '"x"'),
-    "$ref recursion via $defs": ({"$defs": {"n": {"type": "object", "properties": {"c": {
-        "type": "array", "items": {"$ref": "#/$defs/n"}}}, "required": ["c"]}},
-        "$ref": "#/$defs/n"}, '{"c": [{}]}'),
+    "keywords of another type": (
+        {"type": "integer", "format": "int32", "pattern": "^x$", "minLength": 3, "required": ["a"]},
+        '"x"',
+    ),
+    "$ref recursion via $defs": (
+        {
+            "$defs": {
+                "n": {
+                    "type": "object",
+                    "properties": {"c": {"type": "array", "items": {"$ref": "#/$defs/n"}}},
+                    "required": ["c"],
+                }
+            },
+            "$ref": "#/$defs/n",
+        },
+        '{"c": [{}]}',
+    ),
 }
 
 
@@ -183,13 +205,14 @@ def test_root_recursion_breaks_the_token_mask() -> None:
     assert results == {"#": False, "#/$defs/n": True}
 
 
-@pytest.mark.parametrize("schema", [
-    {"type": "integer", "multipleOf": 3},
-    {"type": ["integer", "null"], "multipleOf": 3, "exclusiveMinimum": -1, "maximum": 9998},
-])
-def test_multiple_of_enforced_by_xgrammar_but_refused_by_sglang(
-    schema: dict[str, Any], accepts: Any
-) -> None:
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "integer", "multipleOf": 3},
+        {"type": ["integer", "null"], "multipleOf": 3, "exclusiveMinimum": -1, "maximum": 9998},
+    ],
+)
+def test_multiple_of_enforced_by_xgrammar_but_refused_by_sglang(schema: dict[str, Any], accepts: Any) -> None:
     from sglang.srt.constrained.json_schema_validation import (
         UnsupportedJSONSchemaFeature,
         validate_xgrammar_json_schema,

@@ -37,32 +37,41 @@ ANCHORED = "patternProperties patterns must match the whole property name"
 FALSE = "xgrammar 0.2.7 refuses `false` subschemas here (compile error)"
 
 NARROWING: dict[tuple[str, str, str], str] = {
-    **{("additionalProperties.json", "additionalProperties being false does not allow other "
-        "properties", t): TYPELESS for t in ("ignores arrays", "ignores strings",
-                                            "ignores other non-objects")},
-    ("additionalProperties.json", "additionalProperties being false does not allow other "
-     "properties", "patternProperties are not additional properties"): ANCHORED,
-    ("additionalProperties.json", "non-ASCII pattern with additionalProperties",
-     "matching the pattern is valid"): ANCHORED,
-    ("additionalProperties.json", "additionalProperties are allowed by default",
-     "additional properties are allowed"): STRICT,
+    **{
+        ("additionalProperties.json", "additionalProperties being false does not allow other properties", t): TYPELESS
+        for t in ("ignores arrays", "ignores strings", "ignores other non-objects")
+    },
+    (
+        "additionalProperties.json",
+        "additionalProperties being false does not allow other properties",
+        "patternProperties are not additional properties",
+    ): ANCHORED,
+    (
+        "additionalProperties.json",
+        "non-ASCII pattern with additionalProperties",
+        "matching the pattern is valid",
+    ): ANCHORED,
+    (
+        "additionalProperties.json",
+        "additionalProperties are allowed by default",
+        "additional properties are allowed",
+    ): STRICT,
     ("anyOf.json", "anyOf complex types", "both anyOf valid (complex)"): STRICT,
     ("items.json", "a schema given for items", "ignores non-arrays"): TYPELESS,
     ("items.json", "a schema given for items", "JavaScript pseudo-array is valid"): TYPELESS,
-    ("prefixItems.json", "a schema given for prefixItems", "array with additional items"):
-        STRICT,
-    ("prefixItems.json", "a schema given for prefixItems", "JavaScript pseudo-array is valid"):
-        TYPELESS,
-    ("prefixItems.json", "additional items are allowed by default",
-     "only the first item is validated"): STRICT,
-    ("properties.json", "object properties validation", "doesn't invalidate other properties"):
-        STRICT,
-    **{("properties.json", d, t): TYPELESS for t in ("ignores arrays", "ignores other "
-                                                     "non-objects")
-       for d in ("object properties validation",
-                 "properties whose names are Javascript object property names")},
-    **{("required.json", "required validation", t): TYPELESS
-       for t in ("ignores arrays", "ignores strings", "ignores other non-objects")},
+    ("prefixItems.json", "a schema given for prefixItems", "array with additional items"): STRICT,
+    ("prefixItems.json", "a schema given for prefixItems", "JavaScript pseudo-array is valid"): TYPELESS,
+    ("prefixItems.json", "additional items are allowed by default", "only the first item is validated"): STRICT,
+    ("properties.json", "object properties validation", "doesn't invalidate other properties"): STRICT,
+    **{
+        ("properties.json", d, t): TYPELESS
+        for t in ("ignores arrays", "ignores other non-objects")
+        for d in ("object properties validation", "properties whose names are Javascript object property names")
+    },
+    **{
+        ("required.json", "required validation", t): TYPELESS
+        for t in ("ignores arrays", "ignores strings", "ignores other non-objects")
+    },
 }
 """Valid instances the grammar refuses (sound narrowing), with the reason."""
 
@@ -75,25 +84,45 @@ COMPILE_ERRORS: dict[tuple[str, str], str] = {
 ("anyOf with boolean schemas, all false" and "$ref to boolean schema false" match no
 value at all: the policy refuses them, ``unsatisfiable_schema``.)"""
 
-EXPECTED_TOTALS = {"schemas": 368, "accepted": 101, "rejected:remote_ref": 51,
-                   "rejected:invalid_schema": 2, "rejected:unsupported_schema_keyword": 212,
-                   "rejected:unsatisfiable_schema": 2, "compile_errors": 3,
-                   "instances_matched": 299, "narrowing": 20}
-UNSATISFIABLE = "strict mode: absent items/additionalProperties mean none, so a minimum " \
+EXPECTED_TOTALS = {
+    "schemas": 368,
+    "accepted": 101,
+    "rejected:remote_ref": 51,
+    "rejected:invalid_schema": 2,
+    "rejected:unsupported_schema_keyword": 212,
+    "rejected:unsatisfiable_schema": 2,
+    "compile_errors": 3,
+    "instances_matched": 299,
+    "narrowing": 20,
+}
+UNSATISFIABLE = (
+    "strict mode: absent items/additionalProperties mean none, so a minimum "
     "above the declared ones cannot be met (compile error: declare items/properties)"
+)
 PATTERN_ANCHORED = "patterns must match the whole string"
 TYPED_NARROWING: dict[tuple[str, ...], str] = {
     ("pattern.json", "pattern is not anchored", "matches a substring"): PATTERN_ANCHORED,
-    **{(f"max{kind}.json", f"max{kind} validation{decimal}", test): STRICT
-       for kind in ("Items", "Properties") for decimal in ("", " with a decimal")
-       for test in ("shorter is valid", "exact length is valid")
-       if not (decimal and test == "exact length is valid")},
+    **{
+        (f"max{kind}.json", f"max{kind} validation{decimal}", test): STRICT
+        for kind in ("Items", "Properties")
+        for decimal in ("", " with a decimal")
+        for test in ("shorter is valid", "exact length is valid")
+        if not (decimal and test == "exact length is valid")
+    },
 }
 TYPED_COMPILE_ERRORS: dict[tuple[str, str], str] = {
     (f"min{kind}.json", f"min{kind} validation{decimal}"): UNSATISFIABLE
-    for kind in ("Items", "Properties") for decimal in ("", " with a decimal")}
-TYPED_TOTALS = {"schemas": 32, "accepted": 27, "rejected:unsupported_schema_keyword": 5,
-                "compile_errors": 4, "instances_matched": 60, "narrowing": 7}
+    for kind in ("Items", "Properties")
+    for decimal in ("", " with a decimal")
+}
+TYPED_TOTALS = {
+    "schemas": 32,
+    "accepted": 27,
+    "rejected:unsupported_schema_keyword": 5,
+    "compile_errors": 4,
+    "instances_matched": 60,
+    "narrowing": 7,
+}
 CHECK_BOUND_S, COMPILE_BOUND_S = 1.0, 5.0
 
 
@@ -143,20 +172,25 @@ def _run(cases: list[tuple[str, dict[str, Any]]], smollm2: tuple[Any, Any]) -> R
         validate_xgrammar_json_schema(checked.schema)  # raises if SGLang would refuse
         began = time.perf_counter()
         try:
-            compiled, warnings = capture_warnings(
-                lambda: compile_text(compiler, "json_schema", checked.canonical))
+            compiled, warnings = capture_warnings(lambda: compile_text(compiler, "json_schema", checked.canonical))
         except RuntimeError as exc:
             report.compile_errors[key] = str(exc)
             continue
         if time.perf_counter() - began > COMPILE_BOUND_S or warnings:
             report.problems.append(f"{key}: slow compile or xgrammar warnings {warnings}")
-        _walk_tests(case["tests"], key, compiled, json.loads(checked.canonical), report,
-                    tokenizer, probes)
+        _walk_tests(case["tests"], key, compiled, json.loads(checked.canonical), report, tokenizer, probes)
     return report
 
 
-def _walk_tests(tests: list[dict[str, Any]], key: tuple[str, str], compiled: Any,
-                emitted_as: Any, report: Report, tokenizer: Any, probes: list[int]) -> None:
+def _walk_tests(
+    tests: list[dict[str, Any]],
+    key: tuple[str, str],
+    compiled: Any,
+    emitted_as: Any,
+    report: Report,
+    tokenizer: Any,
+    probes: list[int],
+) -> None:
     for test in tests:
         text = grammar_text(test["data"], emitted_as)
         walk = walk_tokens(compiled, tokenizer, text)
@@ -181,8 +215,7 @@ def test_suite(suite_files: list[Path], smollm2: tuple[Any, Any]) -> None:
     assert report.unsound == [], "the grammar accepts instances the schema rejects"
     assert sorted(report.narrowing) == sorted(NARROWING)
     assert sorted(report.compile_errors) == sorted(COMPILE_ERRORS)
-    assert all("Schema 'false'" in m or "prefixItems must be" in m
-               for m in report.compile_errors.values())
+    assert all("Schema 'false'" in m or "prefixItems must be" in m for m in report.compile_errors.values())
     assert dict(report.totals) == EXPECTED_TOTALS
 
 
@@ -192,8 +225,7 @@ _TYPED_FILES = {
     "array": ("minItems", "maxItems"),
     "object": ("minProperties", "maxProperties", "patternProperties", "propertyNames"),
 }
-_PY_TYPES: dict[str, Any] = {"string": str, "number": (int, float), "integer": int,
-                             "array": list, "object": dict}
+_PY_TYPES: dict[str, Any] = {"string": str, "number": (int, float), "integer": int, "array": list, "object": dict}
 
 
 @pytest.mark.timeout(240)
@@ -206,9 +238,13 @@ def test_suite_typed_variants(suite_files: list[Path], smollm2: tuple[Any, Any])
     for type_, keywords in _TYPED_FILES.items():
         for keyword in keywords:
             for case in json.loads(by_name[f"{keyword}.json"].read_text(encoding="utf-8")):
-                tests = [t for t in case["tests"] if isinstance(t["data"], _PY_TYPES[type_])
-                         and not isinstance(t["data"], bool)
-                         and (type_ != "integer" or t["data"] == int(t["data"]))]
+                tests = [
+                    t
+                    for t in case["tests"]
+                    if isinstance(t["data"], _PY_TYPES[type_])
+                    and not isinstance(t["data"], bool)
+                    and (type_ != "integer" or t["data"] == int(t["data"]))
+                ]
                 schema = {**case["schema"], "type": type_}
                 cases.append((f"{keyword}.json", {**case, "schema": schema, "tests": tests}))
     report = _run(cases, smollm2)
@@ -224,8 +260,7 @@ def test_suite_typed_variants(suite_files: list[Path], smollm2: tuple[Any, Any])
 def _punctuation_tokens(tokenizer: Any) -> list[int]:
     """Short tokens made of JSON punctuation, digits and spaces: where mask bugs show."""
     keep = set('{}[],":0123456789 ')
-    return [i for i in range(len(tokenizer))
-            if 0 < len(piece := tokenizer.decode([i])) <= 4 and set(piece) <= keep]
+    return [i for i in range(len(tokenizer)) if 0 < len(piece := tokenizer.decode([i])) <= 4 and set(piece) <= keep]
 
 
 def _mask_mismatches(compiled: Any, tokenizer: Any, text: str, probes: list[int]) -> list[str]:
@@ -240,8 +275,11 @@ def _mask_mismatches(compiled: Any, tokenizer: Any, text: str, probes: list[int]
     found = []
     for step, token in enumerate([*tokenizer.encode(text, add_special_tokens=False), None]):
         matcher.fill_next_token_bitmask(bitmask)
-        found += [f"{text!r} step {step}: {tokenizer.decode([p])!r}" for p in probes
-                  if _allowed(bitmask, p) != matcher.fork().accept_token(p)]
+        found += [
+            f"{text!r} step {step}: {tokenizer.decode([p])!r}"
+            for p in probes
+            if _allowed(bitmask, p) != matcher.fork().accept_token(p)
+        ]
         if token is not None:
             matcher.accept_token(token)
     return found

@@ -25,15 +25,29 @@ from runtime_ext.formats import get_format, render_calls
 
 FORMATS = ["qwen", "generic", "llama3", "mistral", "deepseek_v3", "pythonic"]
 MODELS = ["qwen3-tiny", "smollm2-135m-instruct"]
-WEATHER = ToolSpec("get_weather", {
-    "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
-    "required": ["city"], "additionalProperties": False})
+WEATHER = ToolSpec(
+    "get_weather",
+    {
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+        "required": ["city"],
+        "additionalProperties": False,
+    },
+)
 NOOP = ToolSpec("noop")
 CALLS = [("get_weather", '{"city": "Paris", "days": 3}'), ("noop", "{}")]
 ANSWER = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
 # (mode, parallel, response_format answer)
-MODES = [("required", True, False), ("required", False, False), ("named", True, False), ("named", False, False),
-         ("auto", True, False), ("auto", False, False), ("auto", True, True), ("auto", False, True)]
+MODES = [
+    ("required", True, False),
+    ("required", False, False),
+    ("named", True, False),
+    ("named", False, False),
+    ("auto", True, False),
+    ("auto", False, False),
+    ("auto", True, True),
+    ("auto", False, True),
+]
 
 
 class Model:
@@ -48,15 +62,22 @@ class Model:
         generation = json.loads((path / "generation_config.json").read_text())
         self.stop_ids = sorted(_ids(config.get("eos_token_id")) | _ids(generation.get("eos_token_id")))
         self.vocab_size = config["vocab_size"]
-        info = xgr.TokenizerInfo.from_huggingface(self.tokenizer, vocab_size=self.vocab_size,
-                                                  stop_token_ids=self.stop_ids)
+        info = xgr.TokenizerInfo.from_huggingface(
+            self.tokenizer, vocab_size=self.vocab_size, stop_token_ids=self.stop_ids
+        )
         self.compiler = xgr.GrammarCompiler(info, cache_enabled=False)
         self.end_of_turn = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
 
     @functools.cache
     def grammar(self, fmt: str, mode: str, parallel: bool, answer: bool) -> Any:
-        constraint = tool_call_constraint(fmt, [WEATHER, NOOP], mode, named="get_weather" if mode == "named" else None,
-                                          parallel=parallel, answer_schema=ANSWER if answer else None)
+        constraint = tool_call_constraint(
+            fmt,
+            [WEATHER, NOOP],
+            mode,
+            named="get_weather" if mode == "named" else None,
+            parallel=parallel,
+            answer_schema=ANSWER if answer else None,
+        )
         return self.compiler.compile_structural_tag(constraint.value)
 
     def matcher(self, fmt: str, mode: str, parallel: bool, answer: bool) -> Any:
@@ -100,8 +121,11 @@ def test_the_end_of_turn_token_is_a_stop_token_sglang_gives_xgrammar() -> None:
         assert m.end_of_turn in m.stop_ids, (name, m.stop_ids)
 
 
-@pytest.mark.parametrize("mode, parallel, answer", MODES,
-                         ids=[f"{m}-{'parallel' if p else 'one'}{'-answer' if a else ''}" for m, p, a in MODES])
+@pytest.mark.parametrize(
+    "mode, parallel, answer",
+    MODES,
+    ids=[f"{m}-{'parallel' if p else 'one'}{'-answer' if a else ''}" for m, p, a in MODES],
+)
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("name", MODELS)
 def test_end_of_turn_after_each_complete_call_and_never_inside_one(name, fmt, mode, parallel, answer) -> None:
@@ -132,6 +156,7 @@ def test_after_the_calls_only_another_call_bounded_whitespace_or_the_end(fmt, pa
     m, f = model("smollm2-135m-instruct"), get_format(fmt)
     done = render_calls(f, CALLS[:1])
     for mode in ("required", "auto"):
+
         def accepts(text: str) -> bool:
             matcher = m.matcher(fmt, mode, parallel, False)
             return matcher.accept_string(text) and matcher.accept_token(m.end_of_turn)

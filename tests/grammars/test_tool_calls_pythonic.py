@@ -25,23 +25,30 @@ from runtime_ext.formats import get_format, render_calls
 from runtime_ext.parsers import parse
 
 TOKENIZER_DIR = default_cache_dir() / "models" / "qwen3-tiny"
-RICH = ToolSpec("book.trip", {
-    "type": "object",
-    "properties": {
-        "city": {"type": "string", "maxLength": 12, "description": "where"},
-        "days": {"type": "integer"},
-        "budget": {"type": ["number", "null"]},
-        "unit": {"enum": ["c", "f", 3, None, True]},
-        "tags": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 3},
-        "flags": {"type": "array", "items": {"type": "boolean"}},
-        "who": {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
-                "required": ["age"], "additionalProperties": False},
-        "extra": {"type": "object"},
-        "mode": {"const": "fast"},
-        "either": {"anyOf": [{"type": "integer"}, {"type": "array", "items": {}}]},
+RICH = ToolSpec(
+    "book.trip",
+    {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string", "maxLength": 12, "description": "where"},
+            "days": {"type": "integer"},
+            "budget": {"type": ["number", "null"]},
+            "unit": {"enum": ["c", "f", 3, None, True]},
+            "tags": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 3},
+            "flags": {"type": "array", "items": {"type": "boolean"}},
+            "who": {
+                "type": "object",
+                "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+                "required": ["age"],
+                "additionalProperties": False,
+            },
+            "extra": {"type": "object"},
+            "mode": {"const": "fast"},
+            "either": {"anyOf": [{"type": "integer"}, {"type": "array", "items": {}}]},
+        },
+        "required": ["city", "tags"],
     },
-    "required": ["city", "tags"],
-})
+)
 NOOP = ToolSpec("noop")
 TOOLS = [RICH, NOOP]
 PUNCT = set("\"'()[]{},:=0123456789.-\\ne")
@@ -54,8 +61,9 @@ class Sampler:
             pytest.fail(f"tiny Qwen3 tokenizer not fetched ({TOKENIZER_DIR}); run `make assets`")
         self.tokenizer = transformers.AutoTokenizer.from_pretrained(TOKENIZER_DIR)
         self.vocab = json.loads((TOKENIZER_DIR / "config.json").read_text())["vocab_size"]
-        info = xgr.TokenizerInfo.from_huggingface(self.tokenizer, vocab_size=self.vocab,
-                                                  stop_token_ids=[self.tokenizer.eos_token_id])
+        info = xgr.TokenizerInfo.from_huggingface(
+            self.tokenizer, vocab_size=self.vocab, stop_token_ids=[self.tokenizer.eos_token_id]
+        )
         self.compiler = xgr.GrammarCompiler(info, cache_enabled=False)
         self.pieces = [self.tokenizer.decode([i]) for i in range(len(self.tokenizer))]
         self.kinds = []  # token classes the walk prefers: punctuation, spaces and control characters
@@ -80,7 +88,7 @@ class Sampler:
             if flags[eos] and rng.random() < 0.3:
                 return "".join(out)
             flags[eos] = False
-            flags[len(self.pieces):] = False
+            flags[len(self.pieces) :] = False
             preferred = np.nonzero(flags & self.kinds[rng.random() < 0.3])[0]
             pool = preferred if len(preferred) and rng.random() < 0.8 else np.nonzero(flags)[0]
             if not len(pool):
@@ -121,26 +129,41 @@ def test_everything_the_grammar_admits_parses_back_to_valid_calls(sampler: Sampl
 
 
 def test_canonical_renderings_are_admitted_and_round_trip(sampler: Sampler) -> None:
-    args = {"city": "Zoë's \"bar\"", "budget": -1.5e3, "unit": None, "tags": ["a", "b\\n"],
-            "who": {"name": "x", "age": 3}, "extra": {"k": [1, {"z": False}]}, "mode": "fast", "either": [None]}
+    args = {
+        "city": 'Zoë\'s "bar"',
+        "budget": -1.5e3,
+        "unit": None,
+        "tags": ["a", "b\\n"],
+        "who": {"name": "x", "age": 3},
+        "extra": {"k": [1, {"z": False}]},
+        "mode": "fast",
+        "either": [None],
+    }
     text = render_calls(get_format("pythonic"), [("book.trip", json.dumps(args)), ("noop", "{}")])
     matcher = xgr.GrammarMatcher(sampler.compile("required"))
     assert matcher.accept_string(text) and matcher.accept_token(sampler.tokenizer.eos_token_id)
     assert check_parses_back(text) == [("book.trip", args), ("noop", {})]
 
 
-@pytest.mark.parametrize("bad", [
-    "[book.trip(tags=['a'])]",                      # required city missing
-    "[book.trip(city='x', tags=[])]",               # minItems
-    "[book.trip(city='abcdefghijklm', tags=['a'])]",  # maxLength 12
-    "[book.trip(tags=['a'], city='x')]",            # schema order
-    "[book.trip(city='x', tags=['a'], unit='k')]",  # enum
-    "[book.trip(city='x', tags=['a'], who={'name': 'n'})]",  # nested required
-    "[book.trip(city='x', tags=['a'], days=1.5)]",  # integer
-    "[book.trip(city=\"a\nb\", tags=['a'])]",       # raw newline in a literal
-    "[book.trip(city='x', tags=['a'], budget=1e999)]",  # would overflow to inf
-    "[noop(x=1)]", "[nope()]", "noop()", "[noop()] and text", "[]",
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "[book.trip(tags=['a'])]",  # required city missing
+        "[book.trip(city='x', tags=[])]",  # minItems
+        "[book.trip(city='abcdefghijklm', tags=['a'])]",  # maxLength 12
+        "[book.trip(tags=['a'], city='x')]",  # schema order
+        "[book.trip(city='x', tags=['a'], unit='k')]",  # enum
+        "[book.trip(city='x', tags=['a'], who={'name': 'n'})]",  # nested required
+        "[book.trip(city='x', tags=['a'], days=1.5)]",  # integer
+        "[book.trip(city=\"a\nb\", tags=['a'])]",  # raw newline in a literal
+        "[book.trip(city='x', tags=['a'], budget=1e999)]",  # would overflow to inf
+        "[noop(x=1)]",
+        "[nope()]",
+        "noop()",
+        "[noop()] and text",
+        "[]",
+    ],
+)
 def test_outside_the_schema_is_refused(sampler: Sampler, bad: str) -> None:
     matcher = xgr.GrammarMatcher(sampler.compile("required"))
     assert not (matcher.accept_string(bad) and matcher.accept_token(sampler.tokenizer.eos_token_id))

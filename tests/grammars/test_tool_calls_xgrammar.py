@@ -169,7 +169,9 @@ _VALUES = st.recursive(
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(args=st.dictionaries(_TEXT, _VALUES, max_size=3))
 def test_any_arguments_rendered_canonically_are_accepted_and_parse_back(walker: Walker, fmt: str, args: dict) -> None:
     text = rendered(fmt, [("any_args", json.dumps(args, ensure_ascii=False))])

@@ -15,8 +15,10 @@ def calibration_file(assets, tmp_path_factory):
     from tools.cli import app
 
     out = tmp_path_factory.mktemp("kv") / "qwen3-tiny.json"
-    result = CliRunner().invoke(app, ["kv", "calibrate", "--model", str(assets.qwen3_tiny), "--out", str(out),
-                                      "--tokens", "256", "--chunk", "128"])
+    result = CliRunner().invoke(
+        app,
+        ["kv", "calibrate", "--model", str(assets.qwen3_tiny), "--out", str(out), "--tokens", "256", "--chunk", "128"],
+    )
     assert result.exit_code == 0, result.output
     assert "outlier rate" in result.output
     return out
@@ -31,8 +33,9 @@ def test_scales_cover_the_calibration_text(calibration_file, assets):
     assert 0 <= calib.outlier_rate < 0.1
 
 
-@pytest.mark.parametrize("shape, what", [((3, 2, 16), "layers=2"), ((2, 4, 16), "kv_heads=2"),
-                                         ((2, 2, 64), "head_dim=16")])
+@pytest.mark.parametrize(
+    "shape, what", [((3, 2, 16), "layers=2"), ((2, 4, 16), "kv_heads=2"), ((2, 2, 64), "head_dim=16")]
+)
 def test_a_mismatched_file_is_a_clear_error(calibration_file, shape, what):
     with pytest.raises(CalibrationMismatchError, match=what):
         load_calibration(calibration_file, *shape)

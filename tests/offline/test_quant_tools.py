@@ -30,8 +30,9 @@ def w8a8_ppl(model_dir, ids, keep=()):
 
 def test_scan_writes_a_fallback_list_that_lowers_perplexity(assets, held_out, tmp_path):
     out = tmp_path / "sensitive_layers.json"
-    result = CliRunner().invoke(app, ["quant", "scan", "--model", str(assets.smollm2), "--tokens", "128",
-                                      "--out", str(out)])
+    result = CliRunner().invoke(
+        app, ["quant", "scan", "--model", str(assets.smollm2), "--tokens", "128", "--out", str(out)]
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
     linear = linear_layer_names(list(ModelInfo.read(assets.smollm2).tensors))
@@ -39,15 +40,18 @@ def test_scan_writes_a_fallback_list_that_lowers_perplexity(assets, held_out, tm
     assert 0 < len(data["layers"]) < 60 and set(data["layers"]) <= linear
     assert out.with_suffix(".png").stat().st_size > 1000 and "| layer | KL |" in out.with_suffix(".md").read_text()
     plain, fallback = w8a8_ppl(assets.smollm2, held_out), w8a8_ppl(assets.smollm2, held_out, data["layers"])
-    print(f"\nW8A8 held-out perplexity: {plain:.3f} without fallback, {fallback:.3f} with "
-          f"{len(data['layers'])} layers kept")
+    print(
+        f"\nW8A8 held-out perplexity: {plain:.3f} without fallback, {fallback:.3f} with "
+        f"{len(data['layers'])} layers kept"
+    )
     assert fallback < plain * 0.995
 
 
 def test_smoothquant_keeps_the_model_and_helps_w8a8(assets, held_out, tmp_path):
     out = tmp_path / "smoothed"
-    result = CliRunner().invoke(app, ["quant", "calibrate", "--model", str(assets.smollm2), "--tokens", "512",
-                                      "--out", str(out)])
+    result = CliRunner().invoke(
+        app, ["quant", "calibrate", "--model", str(assets.smollm2), "--tokens", "512", "--out", str(out)]
+    )
     assert result.exit_code == 0, result.output
     assert (out / "tokenizer.json").is_file() and (out / "config.json").is_file()
     base = perplexity(load_model(assets.smollm2), held_out)

@@ -14,12 +14,23 @@ from service.protocol.openai import ChatCompletionRequest
 from service.types import ModelFormats, ServingLimits
 
 LIMITS = ServingLimits(served_model_name="m", context_length=4096, max_n=1, default_max_tokens=None)
-TOOL = {"type": "function", "function": {"name": "get_weather", "description": "Weather now",
-                                         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather now",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
 MESSAGES = [
     {"role": "user", "content": "weather in Oslo?"},
-    {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}]},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}
+        ],
+    },
     {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21 C"},
 ]
 
@@ -29,8 +40,11 @@ def _render(model_dir, fmt_name):
     from service.tokenizer import HFChatTemplate
 
     template = HFChatTemplate(model_dir, ModelInfo.read(model_dir).model_type)
-    req = validate_request(ChatCompletionRequest(model="m", messages=MESSAGES, tools=[TOOL]), LIMITS,
-                           ModelFormats(tools=get_format(fmt_name)))
+    req = validate_request(
+        ChatCompletionRequest(model="m", messages=MESSAGES, tools=[TOOL]),
+        LIMITS,
+        ModelFormats(tools=get_format(fmt_name)),
+    )
     ids = build_prompt(req, template).token_ids
     return template, template.tokenizer.decode(list(ids))
 
@@ -48,7 +62,9 @@ def test_smollm2_gets_the_generic_section_and_text_calls(assets):
     template, text = _render(assets.smollm2, "generic")
     assert not template.renders_tools
     assert text.startswith("<|im_start|>system\nYou can call these functions:\n- get_weather: Weather now")
-    assert '<|im_start|>assistant\n<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>' in text
+    assert (
+        '<|im_start|>assistant\n<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>' in text
+    )
     assert "<|im_start|>user\nResult of get_weather (call call_1):\nsunny, 21 C<|im_end|>" in text
 
 

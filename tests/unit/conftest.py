@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import pytest
 
-WHERE = ("unit tests use no assets: move this test to tests/offline (real tokenizers/checkpoints, "
-         "no engine), tests/grammars (xgrammar on a real tokenizer), tests/engine or tests/api")
+WHERE = (
+    "unit tests use no assets: move this test to tests/offline (real tokenizers/checkpoints, "
+    "no engine), tests/grammars (xgrammar on a real tokenizer), tests/engine or tests/api"
+)
 
 
 @pytest.fixture(scope="session")

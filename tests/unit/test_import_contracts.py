@@ -39,15 +39,18 @@ def test_a_clean_tree_passes(tmp_path):
     assert check(_tree(tmp_path, CLEAN)) == []
 
 
-@pytest.mark.parametrize("rel, text, rule", [
-    ("runtime_ext/plugin.py", "from service import app\n", "layer"),  # runtime_ext never imports service
-    ("service/engine.py", "def f():\n    from tools.cli import main\n", "layer"),  # lazy imports count
-    ("grammars/compile.py", "import assets.download\n", "layer"),
-    ("assets/layout.py", "from runtime_ext.formats import spec\n", "layer"),  # assets is a leaf
-    ("runtime_ext/parsers/core.py", "import torch\n", "purity"),
-    ("service/pipeline/plan.py", "from sglang.srt import x\n", "purity"),
-    ("grammars/keywords.py", "from fastapi import HTTPException\n", "purity"),
-])
+@pytest.mark.parametrize(
+    "rel, text, rule",
+    [
+        ("runtime_ext/plugin.py", "from service import app\n", "layer"),  # runtime_ext never imports service
+        ("service/engine.py", "def f():\n    from tools.cli import main\n", "layer"),  # lazy imports count
+        ("grammars/compile.py", "import assets.download\n", "layer"),
+        ("assets/layout.py", "from runtime_ext.formats import spec\n", "layer"),  # assets is a leaf
+        ("runtime_ext/parsers/core.py", "import torch\n", "purity"),
+        ("service/pipeline/plan.py", "from sglang.srt import x\n", "purity"),
+        ("grammars/keywords.py", "from fastapi import HTTPException\n", "purity"),
+    ],
+)
 def test_the_checker_fails_on_a_new_violation(tmp_path, rel, text, rule):
     violations = check(_tree(tmp_path, {**CLEAN, rel: text}))
     assert [v.rule for v in violations] == [rule], violations
@@ -55,12 +58,15 @@ def test_the_checker_fails_on_a_new_violation(tmp_path, rel, text, rule):
 
 
 def test_the_checker_finds_a_cycle_through_relative_and_lazy_imports(tmp_path):
-    root = _tree(tmp_path, {
-        **CLEAN,
-        "runtime_ext/kv_cache/__init__.py": "",
-        "runtime_ext/kv_cache/methods.py": "from .hooks import ENV\n",
-        "runtime_ext/kv_cache/hooks.py": "def f():\n    from runtime_ext.kv_cache.methods import METHODS\n",
-    })
+    root = _tree(
+        tmp_path,
+        {
+            **CLEAN,
+            "runtime_ext/kv_cache/__init__.py": "",
+            "runtime_ext/kv_cache/methods.py": "from .hooks import ENV\n",
+            "runtime_ext/kv_cache/hooks.py": "def f():\n    from runtime_ext.kv_cache.methods import METHODS\n",
+        },
+    )
     assert [v.where for v in check(root)] == ["runtime_ext.kv_cache.hooks -> runtime_ext.kv_cache.methods"]
 
 

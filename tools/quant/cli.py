@@ -8,10 +8,13 @@ from typing import Annotated, Optional
 
 import typer
 
-quant_app = typer.Typer(help="Quantized linear layers: SmoothQuant calibration, sensitivity scan, export.",
-                        no_args_is_help=True)
+quant_app = typer.Typer(
+    help="Quantized linear layers: SmoothQuant calibration, sensitivity scan, export.", no_args_is_help=True
+)
 ModelOpt = Annotated[Optional[Path], typer.Option("--model", help="model dir (default: SmolLM2 from the cache)")]
-TextOpt = Annotated[Optional[Path], typer.Option("--text", help="UTF-8 text file (default: the Austen calibration split)")]
+TextOpt = Annotated[
+    Optional[Path], typer.Option("--text", help="UTF-8 text file (default: the Austen calibration split)")
+]
 
 
 def _inputs(model: Optional[Path], text: Optional[Path]) -> tuple[Path, str]:
@@ -24,7 +27,8 @@ def _inputs(model: Optional[Path], text: Optional[Path]) -> tuple[Path, str]:
 @quant_app.command("calibrate")
 def calibrate_cmd(
     out: Annotated[Path, typer.Option("--out", help="directory for the smoothed checkpoint")],
-    model: ModelOpt = None, text: TextOpt = None,
+    model: ModelOpt = None,
+    text: TextOpt = None,
     tokens: Annotated[int, typer.Option(help="calibration tokens")] = 1024,
 ) -> None:
     """SmoothQuant: α grid search on W8A8 calibration perplexity; writes the smoothed checkpoint."""
@@ -48,7 +52,8 @@ def calibrate_cmd(
 @quant_app.command("scan")
 def scan_cmd(
     out: Annotated[Path, typer.Option("--out", help="sensitive_layers.json to write (.md and .png beside it)")],
-    model: ModelOpt = None, text: TextOpt = None,
+    model: ModelOpt = None,
+    text: TextOpt = None,
     scheme: Annotated[str, typer.Option(help="w8a8_dynamic | w8a16 | w4a16")] = "w8a8_dynamic",
     tokens: Annotated[int, typer.Option(help="calibration tokens for the KL")] = 512,
     kl_top: Annotated[float, typer.Option(help="also keep this share of layers with the highest KL")] = 0.05,
@@ -88,10 +93,16 @@ def export_cmd(
 
     model_dir = model or fetch(["smollm2"]).smollm2
     keep = tuple(load_sensitive_layers(sensitive_layers)) if sensitive_layers else ()
-    result = export(model_dir, out, QuantPolicy(scheme, group_size, keep=keep),
-                    progress=lambda it: tqdm(it, desc="quantizing", unit="layer"))
-    typer.echo(f"{result['quantized']} linear layers {scheme}, {result['kept']} kept; "
-               f"{result['bytes'] / 2**20:.1f} MiB of tensors -> {out}")
+    result = export(
+        model_dir,
+        out,
+        QuantPolicy(scheme, group_size, keep=keep),
+        progress=lambda it: tqdm(it, desc="quantizing", unit="layer"),
+    )
+    typer.echo(
+        f"{result['quantized']} linear layers {scheme}, {result['kept']} kept; "
+        f"{result['bytes'] / 2**20:.1f} MiB of tensors -> {out}"
+    )
 
 
 def _plot(scores: dict, layers: list[str], path: Path, title: str) -> None:
@@ -102,8 +113,11 @@ def _plot(scores: dict, layers: list[str], path: Path, title: str) -> None:
 
     names = list(scores)
     fig, ax = plt.subplots(figsize=(max(8, len(names) * 0.06), 4))
-    ax.bar(range(len(names)), [scores[n]["kl"] for n in names],
-           color=["tab:red" if n in layers else "tab:blue" for n in names])
+    ax.bar(
+        range(len(names)),
+        [scores[n]["kl"] for n in names],
+        color=["tab:red" if n in layers else "tab:blue" for n in names],
+    )
     ax.set_yscale("log")
     ax.set_xlabel("linear layer (checkpoint order); red = kept in high precision")
     ax.set_ylabel("KL (only this layer quantized)")

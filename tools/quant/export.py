@@ -38,12 +38,19 @@ def quantized_tensors(layer: str, weight: torch.Tensor, policy: QuantPolicy) -> 
     else:
         q, scale = quant_ref.quantize_weight_groupwise(weight, policy.bits, policy.group_size)
         q = unpack_int4(q) if policy.bits == 4 else q  # stored unpacked: int8 values in [-8, 7]
-    return {f"{layer}.weight": q.contiguous(), f"{layer}.weight_scale": scale.float().contiguous(),
-            f"{layer}.weight_offset": torch.zeros_like(scale, dtype=torch.float32)}
+    return {
+        f"{layer}.weight": q.contiguous(),
+        f"{layer}.weight_scale": scale.float().contiguous(),
+        f"{layer}.weight_offset": torch.zeros_like(scale, dtype=torch.float32),
+    }
 
 
-def export(model_dir: Path, out_dir: Path, policy: QuantPolicy,
-           progress: Callable[[Iterable[Any]], Iterable[Any]] = lambda it: it) -> dict:
+def export(
+    model_dir: Path,
+    out_dir: Path,
+    policy: QuantPolicy,
+    progress: Callable[[Iterable[Any]], Iterable[Any]] = lambda it: it,
+) -> dict:
     from safetensors.torch import save_file
 
     tensors = _read(model_dir)
@@ -53,12 +60,21 @@ def export(model_dir: Path, out_dir: Path, policy: QuantPolicy,
         out.update(quantized_tensors(layer, tensors[f"{layer}.weight"], policy))
     out_dir.mkdir(parents=True, exist_ok=True)
     save_file(out, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
-    desc = modelslim.describe([n for n in tensors if n.rpartition(".")[0] not in layers],
-                              {layer: policy.scheme for layer in layers}, policy.group_size)
+    desc = modelslim.describe(
+        [n for n in tensors if n.rpartition(".")[0] not in layers],
+        {layer: policy.scheme for layer in layers},
+        policy.group_size,
+    )
     (out_dir / modelslim.DESCRIPTION).write_text(json.dumps(desc, indent=1))
     for path in Path(model_dir).iterdir():  # config, tokenizer, chat template
-        if path.is_file() and not path.name.endswith((".safetensors", ".bin", ".index.json")) \
-                and path.name != modelslim.DESCRIPTION:
+        if (
+            path.is_file()
+            and not path.name.endswith((".safetensors", ".bin", ".index.json"))
+            and path.name != modelslim.DESCRIPTION
+        ):
             shutil.copy2(path, out_dir / path.name)
-    return {"quantized": len(layers), "kept": len(policy.keep),
-            "bytes": sum(t.numel() * t.element_size() for t in out.values())}
+    return {
+        "quantized": len(layers),
+        "kept": len(policy.keep),
+        "bytes": sum(t.numel() * t.element_size() for t in out.values()),
+    }

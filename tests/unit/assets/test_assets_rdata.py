@@ -60,9 +60,7 @@ def test_version2_header_has_no_encoding_field() -> None:
 
 def test_vectors_attributes_and_symbol_references() -> None:
     inner = i32(13 | (1 << 9), 2, 7, -(2**31)) + names_attr(["offset", "length"])
-    outer = (
-        i32(19 | (1 << 9), 2) + inner + i32(10, 1, 1) + names_attr(["pos", "flag"], first_use=False)
-    )
+    outer = i32(19 | (1 << 9), 2) + inner + i32(10, 1, 1) + names_attr(["pos", "flag"], first_use=False)
     value = parse_xdr(HEADER_V3 + outer)
     assert value == [[7, None], [True]]
     assert value.attributes == {"names": ["pos", "flag"]}
@@ -120,9 +118,7 @@ def _lazyload_db(tmp_path: Path, books: dict[str, list[str | None]]) -> tuple[Pa
 
 
 def test_lazyload_index_and_records_roundtrip(tmp_path: Path) -> None:
-    rdx, rdb = _lazyload_db(
-        tmp_path, {"emma": ["EMMA", None, "Emma Woodhouse"], "persuasion": ["P"]}
-    )
+    rdx, rdb = _lazyload_db(tmp_path, {"emma": ["EMMA", None, "Emma Woodhouse"], "persuasion": ["P"]})
     index = read_index(rdx)
     assert list(index) == ["emma", "persuasion"]
     assert index["emma"][0] == 0
@@ -136,9 +132,7 @@ def test_write_texts_and_split(tmp_path: Path) -> None:
     rdx, rdb = _lazyload_db(tmp_path, books)
     out = austen.austen_dir(tmp_path / "cache")
     counts = write_texts(rdx, rdb, out, source_sha256="0" * 64)
-    assert (out / "persuasion.txt").read_text(
-        encoding="utf-8"
-    ) == "PERSUASION\n\nlast line of persuasion\n"
+    assert (out / "persuasion.txt").read_text(encoding="utf-8") == "PERSUASION\n\nlast line of persuasion\n"
     assert counts["emma"] == len("EMMA\n\nlast line of emma\n")
     assert austen.eval_text(tmp_path / "cache") == "PERSUASION\n\nlast line of persuasion\n"
     calibration = austen.calibration_text(tmp_path / "cache")

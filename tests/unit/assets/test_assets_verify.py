@@ -146,9 +146,7 @@ def test_tampered_member_is_deleted(tmp_path, monkeypatch) -> None:
 
 def test_failing_and_missing_clients_raise_registry_errors(tmp_path, monkeypatch) -> None:
     artifact, _ = _zip_artifact(tmp_path, b"w", sha(b"w"))
-    monkeypatch.setattr(
-        download, "client_command", lambda a, d: ["sh", "-c", "echo boom >&2; exit 3"]
-    )
+    monkeypatch.setattr(download, "client_command", lambda a, d: ["sh", "-c", "echo boom >&2; exit 3"])
     with pytest.raises(RegistryUnreachableError) as info:
         download.ensure_archive(artifact, tmp_path)
     assert info.value.registry == "pypi"

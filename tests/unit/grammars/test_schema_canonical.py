@@ -26,17 +26,22 @@ def _reversed(value: Any, properties_too: bool, is_properties: bool = False) -> 
         items = list(value.items())
         if properties_too or not is_properties:
             items.reverse()
-        return {k: _reversed(v, properties_too, k == "properties" and not is_properties)
-                for k, v in items}
+        return {k: _reversed(v, properties_too, k == "properties" and not is_properties) for k, v in items}
     if isinstance(value, list):
         return [_reversed(v, properties_too) for v in value]
     return value
 
 
-SCHEMA = {"type": "object", "title": "T", "properties": {
-    "b": {"type": "string", "maxLength": 3.0, "description": "é"},
-    "a": {"type": "array", "items": {"enum": [{"y": 1, "x": [2, 1]}, None]}}},
-    "required": ["b", "a"], "$defs": {"z": {"type": "integer"}, "y": {"const": {"q": 1, "p": 2}}}}
+SCHEMA = {
+    "type": "object",
+    "title": "T",
+    "properties": {
+        "b": {"type": "string", "maxLength": 3.0, "description": "é"},
+        "a": {"type": "array", "items": {"enum": [{"y": 1, "x": [2, 1]}, None]}},
+    },
+    "required": ["b", "a"],
+    "$defs": {"z": {"type": "integer"}, "y": {"const": {"q": 1, "p": 2}}},
+}
 
 
 def test_key_order_does_not_matter_but_property_order_does() -> None:
@@ -45,7 +50,8 @@ def test_key_order_does_not_matter_but_property_order_does() -> None:
         '{"$defs":{"y":{"const":{"p":2,"q":1}},"z":{"type":"integer"}},"properties":{'
         '"b":{"description":"é","maxLength":3,"type":"string"},"a":{"items":{"enum":['
         '{"x":[2,1],"y":1},null]},"type":"array"}},"required":["b","a"],"title":"T",'
-        '"type":"object"}')
+        '"type":"object"}'
+    )
     assert check_schema(_reversed(SCHEMA, properties_too=False)).canonical == text
     swapped = check_schema(_reversed(SCHEMA, properties_too=True)).canonical
     assert swapped != text and swapped.index('"a":{') < swapped.index('"b":{')
@@ -53,19 +59,27 @@ def test_key_order_does_not_matter_but_property_order_does() -> None:
 
 
 def test_property_named_properties_is_not_confused_with_the_keyword() -> None:
-    schema = {"properties": {"properties": {"type": "object", "properties": {"z": {}, "a": {}}},
-                             "enum": {"type": "string"}}}
+    schema = {
+        "properties": {"properties": {"type": "object", "properties": {"z": {}, "a": {}}}, "enum": {"type": "string"}}
+    }
     assert canonical_json(schema) == (
-        '{"properties":{"properties":{"properties":{"z":{},"a":{}},"type":"object"},'
-        '"enum":{"type":"string"}}}')
+        '{"properties":{"properties":{"properties":{"z":{},"a":{}},"type":"object"},"enum":{"type":"string"}}}'
+    )
 
 
 def test_walk_pointers_and_resolution() -> None:
-    schema = {"properties": {"a/b": {"items": {"anyOf": [True, {"type": "null"}]}}},
-              "enum": [{"properties": {"not": "a schema"}}]}
+    schema = {
+        "properties": {"a/b": {"items": {"anyOf": [True, {"type": "null"}]}}},
+        "enum": [{"properties": {"not": "a schema"}}],
+    }
     nodes = [(n.pointer, n.depth) for n in iter_subschemas(schema)]
-    assert nodes == [("", 1), ("/properties/a~1b", 2), ("/properties/a~1b/items", 3),
-                     ("/properties/a~1b/items/anyOf/0", 4), ("/properties/a~1b/items/anyOf/1", 4)]
+    assert nodes == [
+        ("", 1),
+        ("/properties/a~1b", 2),
+        ("/properties/a~1b/items", 3),
+        ("/properties/a~1b/items/anyOf/0", 4),
+        ("/properties/a~1b/items/anyOf/1", 4),
+    ]
     assert resolve_pointer(schema, "/properties/a~1b/items/anyOf/1") == {"type": "null"}
     with pytest.raises(KeyError):
         resolve_pointer(schema, "/properties/a~1b/items/anyOf/1", members_only=True)
@@ -73,14 +87,30 @@ def test_walk_pointers_and_resolution() -> None:
     assert json_depth_exceeds({"a": [[{"b": {}}]]}, 4) == "/a/0/0/b"
 
 
-@pytest.mark.parametrize(("pattern", "problem"), [
-    ("^[a-z0-9_]{1,20}$", None), ("^[^\"\\\\]+$", None), ("^\\d{3}-\\w+\\s?.$", None),
-    ("^(cat|dog)$", None), ("^[ -~]+$", None), ("^a\\\\b$", "'\\\\'"), ('^a"$', "'\"'"),
-    ("^\\x5c$", "'\\\\'"), ("^\\u0022$", "'\"'"), ("^a\\nb$", "'\\n'"), ("^[\\t]$", "'\\t'"),
-    ("^\\cJ$", "'\\n'"), ("^a\tb$", "'\\t'"), ("^(?=a)a$", "lookahead"),
-    ("(?<!a)b", "lookahead"), ("^a|^b", "anchor '^'"), ("a$b", "anchor '$'"),
-    ("^[^]a]$", "`[]`"), ("^[]a]$", "`[]`"),
-])
+@pytest.mark.parametrize(
+    ("pattern", "problem"),
+    [
+        ("^[a-z0-9_]{1,20}$", None),
+        ('^[^"\\\\]+$', None),
+        ("^\\d{3}-\\w+\\s?.$", None),
+        ("^(cat|dog)$", None),
+        ("^[ -~]+$", None),
+        ("^a\\\\b$", "'\\\\'"),
+        ('^a"$', "'\"'"),
+        ("^\\x5c$", "'\\\\'"),
+        ("^\\u0022$", "'\"'"),
+        ("^a\\nb$", "'\\n'"),
+        ("^[\\t]$", "'\\t'"),
+        ("^\\cJ$", "'\\n'"),
+        ("^a\tb$", "'\\t'"),
+        ("^(?=a)a$", "lookahead"),
+        ("(?<!a)b", "lookahead"),
+        ("^a|^b", "anchor '^'"),
+        ("a$b", "anchor '$'"),
+        ("^[^]a]$", "`[]`"),
+        ("^[]a]$", "`[]`"),
+    ],
+)
 def test_pattern_problem(pattern: str, problem: str | None) -> None:
     found = pattern_problem(pattern)
     assert found is None if problem is None else problem in (found or "")
@@ -89,21 +119,33 @@ def test_pattern_problem(pattern: str, problem: str | None) -> None:
 I, N, S, O = ({"type": t} for t in ("integer", "number", "string", "object"))
 
 
-@pytest.mark.parametrize(("branches", "disjoint"), [
-    ([I, S, {"type": ["null", "boolean"]}], True),
-    ([I, N], False),
-    ([{"enum": [1, "a"]}, {"enum": [1.0]}], False),
-    ([{"enum": [1, "a"]}, {"const": True}, S], False),  # "a" is a string
-    ([{"enum": [1]}, {"const": True}, {"type": "array"}], True),
-    ([O, S], False),  # object arms need a discriminator
-    ([{"type": "array", "items": I}, S], False),  # only bare types count
-    ([{"$ref": "#/$defs/i"}, S], False),  # branches are not dereferenced
-    ([{"type": "object", "properties": {"k": {"const": "a"}}, "required": ["k"]},
-      {"type": "object", "properties": {"k": {"enum": ["b", "c"]}, "v": I},
-       "required": ["v", "k"]}], True),
-    ([{"type": "object", "properties": {"k": {"const": "a"}}, "required": ["k"]},
-      {"properties": {"k": {"const": "b"}}, "required": ["k"]}], False),  # no "type"
-])
+@pytest.mark.parametrize(
+    ("branches", "disjoint"),
+    [
+        ([I, S, {"type": ["null", "boolean"]}], True),
+        ([I, N], False),
+        ([{"enum": [1, "a"]}, {"enum": [1.0]}], False),
+        ([{"enum": [1, "a"]}, {"const": True}, S], False),  # "a" is a string
+        ([{"enum": [1]}, {"const": True}, {"type": "array"}], True),
+        ([O, S], False),  # object arms need a discriminator
+        ([{"type": "array", "items": I}, S], False),  # only bare types count
+        ([{"$ref": "#/$defs/i"}, S], False),  # branches are not dereferenced
+        (
+            [
+                {"type": "object", "properties": {"k": {"const": "a"}}, "required": ["k"]},
+                {"type": "object", "properties": {"k": {"enum": ["b", "c"]}, "v": I}, "required": ["v", "k"]},
+            ],
+            True,
+        ),
+        (
+            [
+                {"type": "object", "properties": {"k": {"const": "a"}}, "required": ["k"]},
+                {"properties": {"k": {"const": "b"}}, "required": ["k"]},
+            ],
+            False,
+        ),  # no "type"
+    ],
+)
 def test_branches_disjoint_mirrors_xgrammar(branches: list[Any], disjoint: bool) -> None:
     assert branches_disjoint(branches) is disjoint
 

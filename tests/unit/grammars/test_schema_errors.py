@@ -32,10 +32,16 @@ def _raises(schema: object, error: type[GrammarError], **kwargs: object) -> Gram
 
 
 def test_codes_are_stable() -> None:
-    assert [c.code for c in (InvalidSchemaError, UnsupportedKeywordError, RemoteRefError,
-                             SchemaTooComplexError, GrammarCompileError)] == [
-        "invalid_schema", "unsupported_schema_keyword", "remote_ref", "schema_too_complex",
-        "grammar_compile_failed"]
+    assert [
+        c.code
+        for c in (
+            InvalidSchemaError,
+            UnsupportedKeywordError,
+            RemoteRefError,
+            SchemaTooComplexError,
+            GrammarCompileError,
+        )
+    ] == ["invalid_schema", "unsupported_schema_keyword", "remote_ref", "schema_too_complex", "grammar_compile_failed"]
     assert all(issubclass(c, GrammarError) for c in (InvalidSchemaError, RemoteRefError))
 
 
@@ -63,15 +69,24 @@ def test_dangling_local_ref_is_invalid() -> None:
 
 
 def test_unsupported_lists_every_occurrence() -> None:
-    schema = {"type": "object", "properties": {
-        "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
-        "n": {"type": "number", "multipleOf": 0.5},
-        "x": {"not": {"type": "null"}}}, "if": {"required": ["n"]}}
+    schema = {
+        "type": "object",
+        "properties": {
+            "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+            "n": {"type": "number", "multipleOf": 0.5},
+            "x": {"not": {"type": "null"}},
+        },
+        "if": {"required": ["n"]},
+    }
     err = _raises(schema, UnsupportedKeywordError)
     assert isinstance(err, UnsupportedKeywordError)
     assert [(u.keyword, u.pointer) for u in err.unsupported] == [
-        ("if", ""), ("uniqueItems", "/properties/tags"), ("multipleOf", "/properties/n"),
-        ("not", "/properties/x"), ("required", "/if")]
+        ("if", ""),
+        ("uniqueItems", "/properties/tags"),
+        ("multipleOf", "/properties/n"),
+        ("not", "/properties/x"),
+        ("required", "/if"),
+    ]
     assert (err.keyword, err.pointer) == ("if", "")
     assert "`uniqueItems` at /properties/tags: ignored by xgrammar" in err.message
     assert '"allow_schema_loosening": true' in err.message
@@ -166,6 +181,7 @@ def test_policy_modules_are_pure() -> None:
         "print(json.dumps(sorted({'torch', 'xgrammar', 'sglang', 'fastapi', 'transformers'}"
         " & set(sys.modules))))"
     )
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60, check=True
+    )
     assert json.loads(done.stdout) == []

@@ -26,64 +26,155 @@ from grammars.errors import UnsatisfiableSchemaError
 from grammars.json_schema import check_schema
 
 LOOP = {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}
-NODE_X = {"type": "object", "properties": {"x": {"$ref": "#/$defs/n"}}, "required": ["x"],
-          "additionalProperties": False}
+NODE_X = {
+    "type": "object",
+    "properties": {"x": {"$ref": "#/$defs/n"}},
+    "required": ["x"],
+    "additionalProperties": False,
+}
 
 # name: (schema, kind, pointer, keyword, the text xgrammar reads up to the dead value)
 REJECTED: dict[str, tuple[dict[str, Any], str, str, str | None, str]] = {
-    "a->b->a via $defs from the root": ({"$defs": LOOP, "$ref": "#/$defs/a"},
-                                        "cycle", "/$defs/a", "$ref", ""),
-    "a->a": ({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"},
-             "cycle", "/$defs/a", "$ref", ""),
-    "a->b->a via definitions": ({"definitions": {"a": {"$ref": "#/definitions/b"},
-                                                 "b": {"$ref": "#/definitions/a"}},
-                                 "$ref": "#/definitions/a"}, "cycle", "/definitions/a", "$ref", ""),
-    "through allOf": ({"$defs": {"a": {"allOf": [{"$ref": "#/$defs/b"}]}, "b": {"$ref": "#/$defs/a"}},
-                       "$ref": "#/$defs/a"}, "cycle", "/$defs/a", "$ref", ""),
-    "through anyOf with no way out": ({"$defs": {"a": {"anyOf": [{"$ref": "#/$defs/b"}]},
-                                                 "b": {"$ref": "#/$defs/a"}},
-                                       "$ref": "#/$defs/a"}, "cycle", "/$defs/a", "$ref", ""),
-    "loop under a required property": ({"$defs": LOOP, "type": "object", "properties": {
-        "p": {"$ref": "#/$defs/a"}}, "required": ["p"], "additionalProperties": False},
-        "cycle", "/$defs/a", "$ref", '{"p": '),
-    "loop under an optional property": ({"$defs": LOOP, "type": "object", "properties": {
-        "q": {"type": "integer"}, "p": {"$ref": "#/$defs/a"}}, "additionalProperties": False},
-        "cycle", "/$defs/a", "$ref", '{"p": '),
-    "loop as additionalProperties": ({"$defs": LOOP, "type": "object",
-                                      "additionalProperties": {"$ref": "#/$defs/a"}},
-                                     "cycle", "/$defs/a", "$ref", '{"k": '),
-    "loop as a second prefix item": ({"$defs": LOOP, "type": "array", "prefixItems": [
-        {"type": "integer"}, {"$ref": "#/$defs/a"}]}, "cycle", "/$defs/a", "$ref", "[1, "),
-    "required self-recursion": ({"$defs": {"n": NODE_X}, "$ref": "#/$defs/n"},
-                                "recursion", "/$defs/n", "required", ""),
-    "required self-recursion, optional use": ({"$defs": {"n": NODE_X}, "type": "object",
-                                               "properties": {"o": {"$ref": "#/$defs/n"}}},
-                                              "recursion", "/$defs/n", "required", '{"o": '),
-    "minItems self-recursion": ({"$defs": {"n": {"type": "array", "items": {"$ref": "#/$defs/n"},
-                                                 "minItems": 1}}, "$ref": "#/$defs/n"},
-                                "recursion", "/$defs/n", "minItems", ""),
-    "reference to false": ({"$defs": {"f": False}, "type": "object", "properties": {
-        "p": {"$ref": "#/$defs/f"}}}, "empty", "/properties/p", None, ""),
+    "a->b->a via $defs from the root": ({"$defs": LOOP, "$ref": "#/$defs/a"}, "cycle", "/$defs/a", "$ref", ""),
+    "a->a": ({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}, "cycle", "/$defs/a", "$ref", ""),
+    "a->b->a via definitions": (
+        {
+            "definitions": {"a": {"$ref": "#/definitions/b"}, "b": {"$ref": "#/definitions/a"}},
+            "$ref": "#/definitions/a",
+        },
+        "cycle",
+        "/definitions/a",
+        "$ref",
+        "",
+    ),
+    "through allOf": (
+        {"$defs": {"a": {"allOf": [{"$ref": "#/$defs/b"}]}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"},
+        "cycle",
+        "/$defs/a",
+        "$ref",
+        "",
+    ),
+    "through anyOf with no way out": (
+        {"$defs": {"a": {"anyOf": [{"$ref": "#/$defs/b"}]}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"},
+        "cycle",
+        "/$defs/a",
+        "$ref",
+        "",
+    ),
+    "loop under a required property": (
+        {
+            "$defs": LOOP,
+            "type": "object",
+            "properties": {"p": {"$ref": "#/$defs/a"}},
+            "required": ["p"],
+            "additionalProperties": False,
+        },
+        "cycle",
+        "/$defs/a",
+        "$ref",
+        '{"p": ',
+    ),
+    "loop under an optional property": (
+        {
+            "$defs": LOOP,
+            "type": "object",
+            "properties": {"q": {"type": "integer"}, "p": {"$ref": "#/$defs/a"}},
+            "additionalProperties": False,
+        },
+        "cycle",
+        "/$defs/a",
+        "$ref",
+        '{"p": ',
+    ),
+    "loop as additionalProperties": (
+        {"$defs": LOOP, "type": "object", "additionalProperties": {"$ref": "#/$defs/a"}},
+        "cycle",
+        "/$defs/a",
+        "$ref",
+        '{"k": ',
+    ),
+    "loop as a second prefix item": (
+        {"$defs": LOOP, "type": "array", "prefixItems": [{"type": "integer"}, {"$ref": "#/$defs/a"}]},
+        "cycle",
+        "/$defs/a",
+        "$ref",
+        "[1, ",
+    ),
+    "required self-recursion": ({"$defs": {"n": NODE_X}, "$ref": "#/$defs/n"}, "recursion", "/$defs/n", "required", ""),
+    "required self-recursion, optional use": (
+        {"$defs": {"n": NODE_X}, "type": "object", "properties": {"o": {"$ref": "#/$defs/n"}}},
+        "recursion",
+        "/$defs/n",
+        "required",
+        '{"o": ',
+    ),
+    "minItems self-recursion": (
+        {"$defs": {"n": {"type": "array", "items": {"$ref": "#/$defs/n"}, "minItems": 1}}, "$ref": "#/$defs/n"},
+        "recursion",
+        "/$defs/n",
+        "minItems",
+        "",
+    ),
+    "reference to false": (
+        {"$defs": {"f": False}, "type": "object", "properties": {"p": {"$ref": "#/$defs/f"}}},
+        "empty",
+        "/properties/p",
+        None,
+        "",
+    ),
 }
 
 # name: (schema, a valid instance the grammar must complete)
 ACCEPTED: dict[str, tuple[dict[str, Any], Any]] = {
-    "loop with a base branch": ({"$defs": {"a": {"anyOf": [{"$ref": "#/$defs/b"}, {"type": "null"}]},
-                                           "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}, None),
-    "optional self-recursion": ({"$defs": {"n": {"type": "object", "properties": {
-        "x": {"$ref": "#/$defs/n"}}, "additionalProperties": False}}, "$ref": "#/$defs/n"},
-        {"x": {"x": {}}}),
-    "required recursion with a way out": ({"$defs": {"n": {"type": "object", "properties": {
-        "x": {"anyOf": [{"$ref": "#/$defs/n"}, {"type": "null"}]}}, "required": ["x"],
-        "additionalProperties": False}}, "$ref": "#/$defs/n"}, {"x": {"x": None}}),
-    "tree": ({"$defs": {"node": {"type": "object", "properties": {
-        "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
-        "additionalProperties": False}}, "$ref": "#/$defs/node"}, {"children": [{"children": []}]}),
+    "loop with a base branch": (
+        {
+            "$defs": {"a": {"anyOf": [{"$ref": "#/$defs/b"}, {"type": "null"}]}, "b": {"$ref": "#/$defs/a"}},
+            "$ref": "#/$defs/a",
+        },
+        None,
+    ),
+    "optional self-recursion": (
+        {
+            "$defs": {
+                "n": {"type": "object", "properties": {"x": {"$ref": "#/$defs/n"}}, "additionalProperties": False}
+            },
+            "$ref": "#/$defs/n",
+        },
+        {"x": {"x": {}}},
+    ),
+    "required recursion with a way out": (
+        {
+            "$defs": {
+                "n": {
+                    "type": "object",
+                    "properties": {"x": {"anyOf": [{"$ref": "#/$defs/n"}, {"type": "null"}]}},
+                    "required": ["x"],
+                    "additionalProperties": False,
+                }
+            },
+            "$ref": "#/$defs/n",
+        },
+        {"x": {"x": None}},
+    ),
+    "tree": (
+        {
+            "$defs": {
+                "node": {
+                    "type": "object",
+                    "properties": {"children": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+                    "additionalProperties": False,
+                }
+            },
+            "$ref": "#/$defs/node",
+        },
+        {"children": [{"children": []}]},
+    ),
     "loop nobody references": ({"$defs": LOOP, "type": "integer"}, 7),
-    "loop behind a type that excludes it": ({"$defs": LOOP, "type": "integer",
-                                             "items": {"$ref": "#/$defs/a"}}, 7),
-    "additionalProperties false": ({"type": "object", "properties": {"a": {"type": "integer"}},
-                                    "additionalProperties": False}, {"a": 1}),
+    "loop behind a type that excludes it": ({"$defs": LOOP, "type": "integer", "items": {"$ref": "#/$defs/a"}}, 7),
+    "additionalProperties false": (
+        {"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": False},
+        {"a": 1},
+    ),
 }
 
 
@@ -97,8 +188,9 @@ def test_unsatisfiable_shapes_are_rejected(name: str) -> None:
         err = info.value
         assert (err.code, err.pointer, err.keyword) == ("unsatisfiable_schema", pointer, keyword)
         assert f"at {pointer}:" in err.message
-        expected = {"cycle": "consumes no input", "recursion": "no finite JSON value",
-                    "empty": "matches no value"}[kind]
+        expected = {"cycle": "consumes no input", "recursion": "no finite JSON value", "empty": "matches no value"}[
+            kind
+        ]
         assert expected in err.message
     assert schema == before
 
@@ -106,8 +198,9 @@ def test_unsatisfiable_shapes_are_rejected(name: str) -> None:
 def test_the_message_shows_the_loop() -> None:
     with pytest.raises(UnsatisfiableSchemaError) as info:
         check_schema(REJECTED["loop under a required property"][0])
-    assert ("# -(required)-> #/properties/p -($ref)-> #/$defs/a -($ref)-> #/$defs/b "
-            "-($ref)-> #/$defs/a") in info.value.message
+    assert (
+        "# -(required)-> #/properties/p -($ref)-> #/$defs/a -($ref)-> #/$defs/b -($ref)-> #/$defs/a"
+    ) in info.value.message
     assert "anyOf branch that is not a reference" in info.value.message
 
 
@@ -217,7 +310,9 @@ def test_the_policy_stays_pure() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, grammars.productive, grammars.json_schema\n"
-            "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'sglang', 'xgrammar', 'fastapi'}))")
+    code = (
+        "import sys, grammars.productive, grammars.json_schema\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'sglang', 'xgrammar', 'fastapi'}))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -33,9 +33,12 @@ def _fake_sdist(cache: Path) -> None:
     target = cache / "downloads" / JSONSCHEMA_SDIST.filename
     target.parent.mkdir(parents=True)
     with tarfile.open(target, "w:gz") as tf:
-        for name, data in ((PREFIX + "type.json", b"[]"), (PREFIX + "optional/x.json", b"{}"),
-                           ("jsonschema-4.26.0/json/tests/draft7/type.json", b"7"),
-                           (PREFIX + "../../evil.json", b"!")):
+        for name, data in (
+            (PREFIX + "type.json", b"[]"),
+            (PREFIX + "optional/x.json", b"{}"),
+            ("jsonschema-4.26.0/json/tests/draft7/type.json", b"7"),
+            (PREFIX + "../../evil.json", b"!"),
+        ):
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tf.addfile(info, io.BytesIO(data))

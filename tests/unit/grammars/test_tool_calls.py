@@ -48,14 +48,17 @@ def test_auto_tagged_is_triggered_by_the_call_marker_and_calls_end_the_output() 
 
 def test_required_and_named_have_no_free_text() -> None:
     required = ends_in_bounded_whitespace(
-        decoded(tool_call_constraint("generic", [WEATHER, NOOP], "required", parallel=False)))
+        decoded(tool_call_constraint("generic", [WEATHER, NOOP], "required", parallel=False))
+    )
     assert required["type"] == "or" and [t["type"] for t in required["elements"]] == ["tag", "tag"]
     named = ends_in_bounded_whitespace(decoded(tool_call_constraint("generic", [WEATHER, NOOP], "named", named="noop")))
     call, more = named["elements"]
     assert call["begin"] == '<tool_call>{"name": "noop", "arguments": '
     assert call["content"]["json_schema"] == dict(EMPTY_PARAMETERS)
-    assert more == {"type": "star", "content": {"type": "sequence", "elements": [
-        {"type": "regex", "pattern": "[ \\t\\r\\n]{0,2}"}, call]}}
+    assert more == {
+        "type": "star",
+        "content": {"type": "sequence", "elements": [{"type": "regex", "pattern": "[ \\t\\r\\n]{0,2}"}, call]},
+    }
 
 
 def test_arguments_use_the_schema_or_the_injected_grammar() -> None:
@@ -63,9 +66,13 @@ def test_arguments_use_the_schema_or_the_injected_grammar() -> None:
     content = plain["content"]["elements"][0]["content"]
     assert content == {"type": "json_schema", "json_schema": WEATHER.parameters, "max_whitespace_cnt": 1}
     seen = []
-    injected = ends_in_bounded_whitespace(decoded(
-        tool_call_constraint("mistral", [WEATHER], "required", json_grammar=lambda s: seen.append(s) or "root ::= \"{}\"")
-    ))
+    injected = ends_in_bounded_whitespace(
+        decoded(
+            tool_call_constraint(
+                "mistral", [WEATHER], "required", json_grammar=lambda s: seen.append(s) or 'root ::= "{}"'
+            )
+        )
+    )
     assert injected["content"]["elements"][0]["content"] == {"type": "grammar", "grammar": 'root ::= "{}"'}
     assert seen == [WEATHER.parameters]
 

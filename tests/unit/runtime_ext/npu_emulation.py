@@ -77,8 +77,16 @@ def _unpack_int4pack(packed):
     return torch.where(values > 7, values - 16, values)
 
 
-def npu_weight_quant_batchmatmul(x, weight, antiquant_scale, antiquant_offset=None, quant_scale=None,
-                                 quant_offset=None, bias=None, antiquant_group_size=0):
+def npu_weight_quant_batchmatmul(
+    x,
+    weight,
+    antiquant_scale,
+    antiquant_offset=None,
+    quant_scale=None,
+    quant_offset=None,
+    bias=None,
+    antiquant_group_size=0,
+):
     w = (_unpack_int4pack(weight) if weight.dtype == torch.int32 else weight).to(torch.float64)
     if antiquant_offset is not None:
         w = w + antiquant_offset.to(torch.float64)

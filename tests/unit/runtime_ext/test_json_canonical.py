@@ -39,7 +39,17 @@ def test_any_spelling_and_chunking_gives_compact_dumps(obj, ascii_, indent, data
 
 @pytest.mark.parametrize(
     "raw",
-    ['{"a": tru}', '{"a": 01}', '{"a": NaN}', '{"a": "\x01"}', '{"a" 1}', '{"a": "\\q"}', '{"a": "\\u12G4"}', "{,}", '{"a": 1 x}'],
+    [
+        '{"a": tru}',
+        '{"a": 01}',
+        '{"a": NaN}',
+        '{"a": "\x01"}',
+        '{"a" 1}',
+        '{"a": "\\q"}',
+        '{"a": "\\u12G4"}',
+        "{,}",
+        '{"a": 1 x}',
+    ],
 )
 def test_invalid_json_is_malformed(raw: str) -> None:
     with pytest.raises(Malformed):

@@ -114,4 +114,3 @@ def test_c8_bytes_per_token_against_bf16(head_dim, ratio):
     bf16 = 8 * head_dim * 30 * 2 * 2  # heads * dim * layers * (K, V) * 2 bytes
     c8 = cell_bytes("c8_dynamic", 30, 8, head_dim)
     assert c8 / bf16 == pytest.approx(ratio, abs=1e-3) and bf16 / c8 >= 1.9
-

@@ -87,8 +87,19 @@ def residual_method(tmp_path, monkeypatch):
     from runtime_ext.kv_cache.methods import C8StaticResidualKVCacheMethod
 
     scale = SCALE.tolist()
-    calib = Calibration(model="test", layers=1, kv_heads=H, head_dim=D, k_scale=[scale], v_scale=[scale], tau=0.05,
-                        eps_mean=0.01, eps_p99=0.04, outlier_rate=0.1, tokens=64)
+    calib = Calibration(
+        model="test",
+        layers=1,
+        kv_heads=H,
+        head_dim=D,
+        k_scale=[scale],
+        v_scale=[scale],
+        tau=0.05,
+        eps_mean=0.01,
+        eps_p99=0.04,
+        outlier_rate=0.1,
+        tokens=64,
+    )
     calib.save(tmp_path / "kv.json")
     for name, value in RuntimeExtConfig(kv_calibration=tmp_path / "kv.json").to_env().items():
         monkeypatch.setenv(name, value)

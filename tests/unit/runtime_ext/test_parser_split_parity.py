@@ -24,7 +24,7 @@ from runtime_ext.parsers import ParserEntry, StreamingParser, streaming_parsers
 PLAIN = ["", "  ", "Hello, world.\n", " a < b and [c] {d} ", "see <tool_ca", "[TOOL_CALLS", "x\n\n"]
 TOOL_TEXTS: dict[str, list[str]] = {
     "qwen": [
-        "Hi <tool_x <tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>",
+        'Hi <tool_x <tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>',
         'Sure.\n<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>\n<tool_call>\n{"name": "g", "arguments": {"q": "ab',
         "ok <tool_call>",
         "<tool_call>hello</tool_call>",
@@ -51,7 +51,12 @@ TOOL_TEXTS: dict[str, list[str]] = {
     ],
     "deepseek_v3": [DEEPSEEK_CALLS_BEGIN + "\n", DEEPSEEK_CALLS_BEGIN + "<\uff5ctool\u2581ca"],
     "pythonic": [
-        "[1, 2]", "[foo(1)]", "[foo(a=b)]", "[] x", "[unknown(a=1)]", "[f(a=1",
+        "[1, 2]",
+        "[foo(1)]",
+        "[foo(a=b)]",
+        "[] x",
+        "[unknown(a=1)]",
+        "[f(a=1",
         "[f(a=(1, 2), b={'k': None}, c=True, d=-1.5), g.h()]",
     ],
 }

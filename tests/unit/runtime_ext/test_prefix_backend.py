@@ -30,8 +30,10 @@ def test_backend_matches_the_oracle(combine):
     rng = random.Random(combine)
     for _ in range(40):
         stored = sequences(rng)
-        cache = CombinedRadixCache(CacheInitParams(disable=False, req_to_token_pool=None,
-                                                   token_to_kv_pool_allocator=None, page_size=P), combine)
+        cache = CombinedRadixCache(
+            CacheInitParams(disable=False, req_to_token_pool=None, token_to_kv_pool_allocator=None, page_size=P),
+            combine,
+        )
         oracle, next_id = PageRadix(P, combine), 0
         for seq in stored:
             n = len(seq) // P * P
@@ -57,7 +59,7 @@ def test_eagle_per_page_mode_drops_the_last_matched_page():
     for seq in stored:
         for cache in (ours, upstream):
             cache.insert(InsertParams(key=RadixKey(list(seq)), value=torch.arange(len(seq), dtype=torch.int64)))
-    for query in [s[:rng.randrange(len(s) + 1)] + [rng.randrange(3)] for s in stored] + sequences(rng):
+    for query in [s[: rng.randrange(len(s) + 1)] + [rng.randrange(3)] for s in stored] + sequences(rng):
         expected = upstream.match_prefix(MatchPrefixParams(key=RadixKey(list(query)))).device_prefix_len
         got = ours.match_prefix(MatchPrefixParams(key=RadixKey(list(query)))).device_prefix_len
         assert got == max(0, expected - P)
@@ -71,13 +73,16 @@ def test_pages_beyond_the_cut_keep_their_lru_time_and_are_evicted_first(how):
     reused pages: the page beyond the cut keeps the time it was stored at, so eviction takes it
     before a prefix stored (used) after it."""
     allocator = PagedTokenToKVPoolAllocator(16 * P, P, torch.float32, "cpu", None, False)
-    cache = CombinedRadixCache(CacheInitParams(disable=False, req_to_token_pool=None,
-                                               token_to_kv_pool_allocator=allocator, page_size=P), 2)
+    cache = CombinedRadixCache(
+        CacheInitParams(disable=False, req_to_token_pool=None, token_to_kv_pool_allocator=allocator, page_size=P), 2
+    )
     old, newer = list(range(100, 100 + 3 * P)), [7] * (2 * P)  # one unit + one page; one unit
     for seq in (old, newer):
         cache.insert(InsertParams(key=RadixKey(seq), value=allocator.alloc(len(seq))))
-    stored_at = {name: cache.root_node.children[tuple(seq[:P])].last_access_time
-                 for name, seq in (("old", old), ("newer", newer))}
+    stored_at = {
+        name: cache.root_node.children[tuple(seq[:P])].last_access_time
+        for name, seq in (("old", old), ("newer", newer))
+    }
     assert stored_at["old"] < stored_at["newer"]
     query = RadixKey(old + [1] * P)  # finds 3 pages, reuses the first unit (2 pages)
     if how == "match":
@@ -87,10 +92,10 @@ def test_pages_beyond_the_cut_keep_their_lru_time_and_are_evicted_first(how):
     else:
         cache.touch_prefix(query)
     head = cache.root_node.children[tuple(old[:P])]
-    tail = head.children[tuple(old[2 * P:])]
+    tail = head.children[tuple(old[2 * P :])]
     assert len(head.key) == 2 * P and head.last_access_time > stored_at["newer"]
     assert tail.last_access_time == stored_at["old"]  # untouched by the match
     free = allocator.available_size()
     assert cache.evict(EvictParams(num_tokens=P)).num_tokens_evicted == P
-    assert tuple(old[2 * P:]) not in head.children and allocator.available_size() == free + P
+    assert tuple(old[2 * P :]) not in head.children and allocator.available_size() == free + P
     assert tuple(newer[:P]) in cache.root_node.children  # the more recently used prefix stays

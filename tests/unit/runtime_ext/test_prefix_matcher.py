@@ -83,16 +83,21 @@ def naive_match(sequences, query):
     best = 0
     for s in sequences:
         n = 0
-        while (n + 1) * P <= min(len(s), len(query)) and s[n * P:(n + 1) * P] == query[n * P:(n + 1) * P]:
+        while (n + 1) * P <= min(len(s), len(query)) and s[n * P : (n + 1) * P] == query[n * P : (n + 1) * P]:
             n += 1
         best = max(best, n)
     return best
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.lists(st.integers(0, 2), max_size=12), min_size=1, max_size=6), st.lists(st.integers(0, 2), max_size=12))
+@given(
+    st.lists(st.lists(st.integers(0, 2), max_size=12), min_size=1, max_size=6), st.lists(st.integers(0, 2), max_size=12)
+)
 def test_combine_1_equals_plain_page_matching(sequences, query):
     tree = PageRadix.simulate(P, 1, sequences)
     assert tree.match(None, query).tokens == naive_match(sequences, query) * P
     for c in (2, 3):
-        assert PageRadix.simulate(P, c, sequences).match(None, query).tokens == (naive_match(sequences, query) // c) * c * P
+        assert (
+            PageRadix.simulate(P, c, sequences).match(None, query).tokens
+            == (naive_match(sequences, query) // c) * c * P
+        )

@@ -12,7 +12,12 @@ from runtime_ext.quant import policy as qp
 from runtime_ext.quant import sensitivity
 from tests.unit.runtime_ext import npu_emulation
 
-SHAPES = [(1, 64, 32), (7, 128, 48), (5, 256, 33), (3, 80, 17)]  # (tokens M, in K, out N): odd M, N; K=80: a short last group
+SHAPES = [
+    (1, 64, 32),
+    (7, 128, 48),
+    (5, 256, 33),
+    (3, 80, 17),
+]  # (tokens M, in K, out N): odd M, N; K=80: a short last group
 
 
 def data(m, k, n, seed=0):
@@ -32,8 +37,12 @@ def test_w8a8_dynamic_matches_float64_within_int8_error(m, k, n):
     x, w = data(m, k, n)
     q, scale = ref.quantize_weight_per_channel(w)
     assert q.dtype == torch.int8 and scale.shape == (n,)
-    assert bool(((ref.dequantize_weight_per_channel(q, scale, torch.float64) - w).abs()
-                 <= scale.double().unsqueeze(1) / 2 + 1e-9).all())
+    assert bool(
+        (
+            (ref.dequantize_weight_per_channel(q, scale, torch.float64) - w).abs()
+            <= scale.double().unsqueeze(1) / 2 + 1e-9
+        ).all()
+    )
     wq_t, w_scale = ref.prepare_w8a8(q, scale)
     y = ref.w8a8_matmul(x.float(), wq_t, w_scale)
     assert y.shape == (m, n) and y.dtype == torch.float32
@@ -93,8 +102,14 @@ def test_policy_fused_modules_share_one_scheme_and_unknown_names_fail():
     assert not qp.keeps_high_precision("model.layers.2.self_attn.o_proj", policy)
     assert not qp.keeps_high_precision("model.layers.3.self_attn.qkv_proj", policy)
     assert qp.QuantPolicy.from_json(policy.to_json()) == policy
-    names = qp.linear_layer_names(["model.layers.0.mlp.down_proj.weight", "model.embed_tokens.weight",
-                                   "model.layers.0.self_attn.q_proj.weight", "model.norm.weight"])
+    names = qp.linear_layer_names(
+        [
+            "model.layers.0.mlp.down_proj.weight",
+            "model.embed_tokens.weight",
+            "model.layers.0.self_attn.q_proj.weight",
+            "model.norm.weight",
+        ]
+    )
     assert names == {"model.layers.0.mlp.down_proj", "model.layers.0.self_attn.q_proj"}
     with pytest.raises(qp.QuantPolicyError, match="model.layers.0.mlp.dwn_proj"):
         qp.check_keep(["model.layers.0.mlp.dwn_proj"], names)
@@ -105,8 +120,12 @@ def test_policy_fused_modules_share_one_scheme_and_unknown_names_fail():
 
 
 def test_sensitivity_rules_and_file(tmp_path):
-    scores = {"a": {"kl": 0.001, "dispersion": 5, "energy": 0.1}, "b": {"kl": 0.002, "dispersion": 60, "energy": 0.1},
-              "c": {"kl": 0.06, "dispersion": 5, "energy": 0.1}, "d": {"kl": 0.0001, "dispersion": 5, "energy": 0.5}}
+    scores = {
+        "a": {"kl": 0.001, "dispersion": 5, "energy": 0.1},
+        "b": {"kl": 0.002, "dispersion": 60, "energy": 0.1},
+        "c": {"kl": 0.06, "dispersion": 5, "energy": 0.1},
+        "d": {"kl": 0.0001, "dispersion": 5, "energy": 0.5},
+    }
     assert sensitivity.select(scores, kl_top=0) == ["c", "b", "d"]
     assert sensitivity.select({k: v for k, v in scores.items() if k == "a"}) == ["a"]  # top-KL floor
     assert sensitivity.dispersion([0.0, 1.0, 2.0, 3.0, 100.0]) == pytest.approx(100 / 2)

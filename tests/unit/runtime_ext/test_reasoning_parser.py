@@ -20,7 +20,7 @@ CORPUS = [
     "</think>",
     "é ünïcode 🙂 reasoning</think>  \n 答案",
     "<think>nested?</think> then </think> again",
-    "a < b and c </ d </think>{\"ok\": true}",
+    'a < b and c </ d </think>{"ok": true}',
 ]
 
 

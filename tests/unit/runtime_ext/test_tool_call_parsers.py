@@ -70,7 +70,11 @@ def test_malformed_arguments_after_the_name_end_parsing_as_incomplete() -> None:
 
 
 def test_marker_not_followed_by_a_call_is_content() -> None:
-    for text in ["<tool_call>hello</tool_call>", '<tool_call>{"no": "name"}</tool_call>', "<tool_call>{bad json}</tool_call>"]:
+    for text in [
+        "<tool_call>hello</tool_call>",
+        '<tool_call>{"no": "name"}</tool_call>',
+        "<tool_call>{bad json}</tool_call>",
+    ]:
         assert parse("qwen", text).content == text and parse("qwen", text).calls == []
 
 
@@ -114,7 +118,9 @@ def test_llama3_python_tag_with_python_code_is_content() -> None:
 
 
 def test_llama3_tagged_calls_after_text() -> None:
-    result = parse("llama3", 'Let me check. <|python_tag|>{"name": "f", "arguments": {"a": 1}}; {"name": "g", "parameters": {}}')
+    result = parse(
+        "llama3", 'Let me check. <|python_tag|>{"name": "f", "arguments": {"a": 1}}; {"name": "g", "parameters": {}}'
+    )
     assert result.content == "Let me check." and [c.name for c in result.calls] == ["f", "g"]
 
 

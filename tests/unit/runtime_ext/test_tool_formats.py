@@ -45,14 +45,20 @@ def test_formats_are_frozen() -> None:
 @pytest.mark.parametrize(
     "name, expected",
     [
-        ("qwen", '<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>\n<tool_call>\n{"name": "g", "arguments": {}}\n</tool_call>'),
-        ("generic", '<tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call>\n<tool_call>{"name": "g", "arguments": {}}</tool_call>'),
+        (
+            "qwen",
+            '<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>\n<tool_call>\n{"name": "g", "arguments": {}}\n</tool_call>',
+        ),
+        (
+            "generic",
+            '<tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call>\n<tool_call>{"name": "g", "arguments": {}}</tool_call>',
+        ),
         ("llama3", '{"name": "f", "parameters": {"a": 1}}; {"name": "g", "parameters": {}}'),
         ("mistral", '[TOOL_CALLS] [{"name": "f", "arguments": {"a": 1}}, {"name": "g", "arguments": {}}]'),
         ("pythonic", "[f(a=1), g()]"),
         (
             "deepseek_v3",
-            "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{\"a\": 1}\n```<｜tool▁call▁end｜>\n"
+            '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{"a": 1}\n```<｜tool▁call▁end｜>\n'
             "<｜tool▁call▁begin｜>function<｜tool▁sep｜>g\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
         ),
     ],
@@ -69,7 +75,10 @@ def test_tools_prompt_lists_tools_and_exact_syntax(name: str) -> None:
     prompt = render_tools_prompt([WEATHER], fmt, "required")
     assert "get_weather: Current weather for a city." in prompt
     assert json.dumps(WEATHER["function"]["parameters"], separators=(",", ":")) in prompt
-    assert render_call(fmt, "FUNCTION_NAME", '{"ARGUMENT": VALUE}' if name != "pythonic" else '{"ARGUMENT": "VALUE"}') in prompt
+    assert (
+        render_call(fmt, "FUNCTION_NAME", '{"ARGUMENT": VALUE}' if name != "pythonic" else '{"ARGUMENT": "VALUE"}')
+        in prompt
+    )
     assert "must call at least one" in prompt
     assert "must call the function get_weather" in render_tools_prompt([WEATHER], fmt, NamedChoice("get_weather"))
     assert "only when it helps" in render_tools_prompt([WEATHER["function"]], fmt)

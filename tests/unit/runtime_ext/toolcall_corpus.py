@@ -21,10 +21,38 @@ from runtime_ext.formats.tool_formats import DEEPSEEK_CALL_END, DEEPSEEK_CALLS_B
 
 WS = " \t\n\r"
 MARKERY = [
-    "<tool_call>", "</tool_call>", "[TOOL_CALLS]", "<|python_tag|>", DEEPSEEK_CALLS_BEGIN,
-    DEEPSEEK_CALL_END, DEEPSEEK_SEP, "```", "\n```", '{"name": "x", "arguments": {}}', "f(a=1)",
+    "<tool_call>",
+    "</tool_call>",
+    "[TOOL_CALLS]",
+    "<|python_tag|>",
+    DEEPSEEK_CALLS_BEGIN,
+    DEEPSEEK_CALL_END,
+    DEEPSEEK_SEP,
+    "```",
+    "\n```",
+    '{"name": "x", "arguments": {}}',
+    "f(a=1)",
 ]
-TRICKY = MARKERY + ['"', "\\", "\n", "\t", "}", "]", "{", "[", ";", ",", "'", "é", "中", "😀", "\x00", "\x1f", "\u2028", "\\u0041"]
+TRICKY = MARKERY + [
+    '"',
+    "\\",
+    "\n",
+    "\t",
+    "}",
+    "]",
+    "{",
+    "[",
+    ";",
+    ",",
+    "'",
+    "é",
+    "中",
+    "😀",
+    "\x00",
+    "\x1f",
+    "\u2028",
+    "\\u0041",
+]
 PARTIAL_MARKERS = ["<tool_", "<tool_cal", "</tool", "[TOOL_CALL", "[TOOL", "<|python_ta", "<\uff5ctool\u2581calls", "<"]
 
 
@@ -46,8 +74,11 @@ def compact(obj: Any) -> str:
 strings = st.lists(st.one_of(st.text(max_size=6), st.sampled_from(TRICKY)), max_size=4).map("".join)
 identifiers = st.from_regex(r"[a-z_][a-z0-9_]{0,10}", fullmatch=True).filter(lambda s: not keyword.iskeyword(s))
 scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**63), 2**63),
-    st.floats(allow_nan=False, allow_infinity=False), strings,
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**63),
+    st.floats(allow_nan=False, allow_infinity=False),
+    strings,
 )
 
 

@@ -17,18 +17,37 @@ from service.errors import EngineError, InvalidRequestError
 from service.types import DecodeConstraint, GenerationPlan, SamplingOptions
 
 SCHEMA = '{"$defs":{"a":{"$ref":"#/$defs/b"},"b":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"}'
-ACCEPT_FAILED = {"type": "abort", "status_code": 500, "err_type": "InternalServerError",
-                 "message": "Grammar accept_token failed: Tokens not accepted: 0\nAccepted tokens: "
-                            f"[]\nKey string: {SCHEMA}"}
-COMPILE_FAILED = {"type": "abort", "status_code": 400, "err_type": "BadRequestError",
-                  "message": "Failed to compile json grammar: [03:39:58] /project/cpp/"
-                             "json_schema_converter.cc:4175: Schema 'false' cannot accept any value\n"}
-TIMED_OUT = {"type": "abort", "status_code": 400, "err_type": "BadRequestError",
-             "message": "Grammar preprocessing timed out: req.grammar_key=('json', '{}')"}
+ACCEPT_FAILED = {
+    "type": "abort",
+    "status_code": 500,
+    "err_type": "InternalServerError",
+    "message": f"Grammar accept_token failed: Tokens not accepted: 0\nAccepted tokens: []\nKey string: {SCHEMA}",
+}
+COMPILE_FAILED = {
+    "type": "abort",
+    "status_code": 400,
+    "err_type": "BadRequestError",
+    "message": "Failed to compile json grammar: [03:39:58] /project/cpp/"
+    "json_schema_converter.cc:4175: Schema 'false' cannot accept any value\n",
+}
+TIMED_OUT = {
+    "type": "abort",
+    "status_code": 400,
+    "err_type": "BadRequestError",
+    "message": "Grammar preprocessing timed out: req.grammar_key=('json', '{}')",
+}
 PARAM = "response_format.json_schema.schema"
 PLAN = GenerationPlan((1, 2), 16, SamplingOptions(), DecodeConstraint("json_schema", SCHEMA, param=PARAM))
-INTERNALS = ("Key string", "accept_token", "Tokens not accepted", "json_schema_converter", "$defs",
-             "Failed to compile", "grammar_key", "xgrammar")
+INTERNALS = (
+    "Key string",
+    "accept_token",
+    "Tokens not accepted",
+    "json_schema_converter",
+    "$defs",
+    "Failed to compile",
+    "grammar_key",
+    "xgrammar",
+)
 
 
 def _clean(message: str) -> bool:

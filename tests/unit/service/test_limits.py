@@ -20,8 +20,13 @@ def test_keys_from_env_and_file(tmp_path):
 def test_keyring():
     ring = KeyRing(["alpha", "beta"])
     assert ring.check("Bearer beta") == 1 and ring.check("bearer   alpha") == 0
-    for header, word in ((None, "missing"), ("Bearer ", "missing"), ("Basic alpha", "missing"),
-                         ("Bearer alphax", "invalid"), ("Bearer alph", "invalid")):
+    for header, word in (
+        (None, "missing"),
+        ("Bearer ", "missing"),
+        ("Basic alpha", "missing"),
+        ("Bearer alphax", "invalid"),
+        ("Bearer alph", "invalid"),
+    ):
         with pytest.raises(AuthenticationError, match=word):
             ring.check(header)
     assert KeyRing([]).check(None) is None  # no keys: open

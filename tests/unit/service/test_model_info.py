@@ -13,11 +13,22 @@ from service.startup import ModelInfo
 
 
 def test_reads_config_and_tensor_headers_like_safetensors(tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({
-        "model_type": "qwen3", "num_hidden_layers": 3, "num_attention_heads": 8, "num_key_value_heads": 2,
-        "hidden_size": 256}))
-    save_file({"a.weight": torch.zeros(4, 3, dtype=torch.int8), "b.scale": torch.ones(4, 1)},
-              str(tmp_path / "model-1.safetensors"), metadata={"format": "pt"})
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "qwen3",
+                "num_hidden_layers": 3,
+                "num_attention_heads": 8,
+                "num_key_value_heads": 2,
+                "hidden_size": 256,
+            }
+        )
+    )
+    save_file(
+        {"a.weight": torch.zeros(4, 3, dtype=torch.int8), "b.scale": torch.ones(4, 1)},
+        str(tmp_path / "model-1.safetensors"),
+        metadata={"format": "pt"},
+    )
     save_file({"c.weight": torch.zeros(2, dtype=torch.bfloat16)}, str(tmp_path / "model-2.safetensors"))
     info = ModelInfo.read(tmp_path)
     assert (info.model_type, info.kv_shape) == ("qwen3", (3, 2, 32))

@@ -7,8 +7,14 @@ from service.types import Message, PromptIds, SamplingOptions, ServingLimits, Va
 
 def vreq(max_tokens=None, param="max_tokens"):
     return ValidatedRequest(
-        model="m", messages=(Message("user", "x"),), sampling=SamplingOptions(),
-        max_tokens=max_tokens, max_tokens_param=param, n=1, stream=False, include_usage=False,
+        model="m",
+        messages=(Message("user", "x"),),
+        sampling=SamplingOptions(),
+        max_tokens=max_tokens,
+        max_tokens_param=param,
+        n=1,
+        stream=False,
+        include_usage=False,
     )
 
 

@@ -33,15 +33,18 @@ def test_defaults_and_switches():
     assert validated(None).reasoning is None
 
 
-@pytest.mark.parametrize("kw, param", [
-    ({"max_reasoning_tokens": -1}, "max_reasoning_tokens"),
-    ({"max_reasoning_tokens": 10, "max_tokens": 10}, "max_reasoning_tokens"),
-    ({"max_reasoning_tokens": 3, "enable_thinking": False}, "max_reasoning_tokens"),
-    ({"max_reasoning_tokens": 3, "reasoning_effort": "low"}, "max_reasoning_tokens"),
-    ({"reasoning_effort": "low", "enable_thinking": False}, "reasoning_effort"),
-    ({"enable_thinking": True, "chat_template_kwargs": {"enable_thinking": False}}, "enable_thinking"),
-    ({"chat_template_kwargs": {"enable_thinking": "yes"}}, "chat_template_kwargs.enable_thinking"),
-])
+@pytest.mark.parametrize(
+    "kw, param",
+    [
+        ({"max_reasoning_tokens": -1}, "max_reasoning_tokens"),
+        ({"max_reasoning_tokens": 10, "max_tokens": 10}, "max_reasoning_tokens"),
+        ({"max_reasoning_tokens": 3, "enable_thinking": False}, "max_reasoning_tokens"),
+        ({"max_reasoning_tokens": 3, "reasoning_effort": "low"}, "max_reasoning_tokens"),
+        ({"reasoning_effort": "low", "enable_thinking": False}, "reasoning_effort"),
+        ({"enable_thinking": True, "chat_template_kwargs": {"enable_thinking": False}}, "enable_thinking"),
+        ({"chat_template_kwargs": {"enable_thinking": "yes"}}, "chat_template_kwargs.enable_thinking"),
+    ],
+)
 def test_invalid_combinations_name_the_field(kw, param):
     with pytest.raises(InvalidRequestError) as err:
         validated(**kw)
@@ -61,8 +64,9 @@ def test_no_reasoning_format_refuses_thinking_and_budgets_must_be_integers():
 # (the forced end marker + at least max_tokens // 8 answer tokens); an explicit budget that
 # does not fit stays a 400.
 MARKERS = 3  # "\n</think>\n\n" on Qwen3
-POLICY_ALL = ReasoningPolicy(default_thinking=False,
-                             effort_budgets=(("minimal", 64), ("low", 256), ("high", 4096), ("max", None)))
+POLICY_ALL = ReasoningPolicy(
+    default_thinking=False, effort_budgets=(("minimal", 64), ("low", 256), ("high", 4096), ("max", None))
+)
 
 
 def planned(prompt_len=10, context=4096, **kw):
@@ -77,15 +81,18 @@ def planned(prompt_len=10, context=4096, **kw):
     return make_plan(request, PromptIds((7,) * prompt_len), limits)
 
 
-@pytest.mark.parametrize("effort, max_tokens, budget", [
-    ("high", 100, 100 - MARKERS - 12),   # 4096 does not fit: clamped, the answer keeps 100 // 8
-    ("low", 100, 85),
-    ("minimal", 80, 64),                 # fits (80 - 3 - 10 = 67 >= 64): unchanged
-    ("low", 1000, 256),
-    ("high", 8, 4),                      # 8 - 3 - 1
-    ("high", 3, 0),                      # nothing left for reasoning: the markers, then the answer
-    ("high", 1, 0),
-])
+@pytest.mark.parametrize(
+    "effort, max_tokens, budget",
+    [
+        ("high", 100, 100 - MARKERS - 12),  # 4096 does not fit: clamped, the answer keeps 100 // 8
+        ("low", 100, 85),
+        ("minimal", 80, 64),  # fits (80 - 3 - 10 = 67 >= 64): unchanged
+        ("low", 1000, 256),
+        ("high", 8, 4),  # 8 - 3 - 1
+        ("high", 3, 0),  # nothing left for reasoning: the markers, then the answer
+        ("high", 1, 0),
+    ],
+)
 def test_effort_budget_is_clamped_to_leave_an_answer(effort, max_tokens, budget):
     plan = planned(reasoning_effort=effort, max_tokens=max_tokens)
     assert plan.reasoning.budget == budget and plan.max_new_tokens == max_tokens

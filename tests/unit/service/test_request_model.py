@@ -64,8 +64,10 @@ STRICT = [
     ({"allow_schema_loosening": "no"}, "allow_schema_loosening"),
     ({"max_reasoning_tokens": "10"}, "max_reasoning_tokens"),
     ({"tools": [{"type": "function", "function": {"name": "f", "strict": "yes"}}]}, "tools.0.function.strict"),
-    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}, "strict": 1}}},
-     "response_format.json_schema.strict"),
+    (
+        {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}, "strict": 1}}},
+        "response_format.json_schema.strict",
+    ),
     ({"user": 5}, "user"),
 ]
 
@@ -93,20 +95,33 @@ def test_an_integer_is_still_a_valid_number():
 
 # --- an assistant message the server returned, sent back as history ---------------------------
 
+
 def test_returned_message_with_reasoning_and_nulls_is_accepted():
-    returned = {"role": "assistant", "content": "yes", "reasoning_content": "let me think", "reasoning": "let me think",
-                "refusal": None, "annotations": None, "audio": None, "function_call": None, "tool_calls": None}
+    returned = {
+        "role": "assistant",
+        "content": "yes",
+        "reasoning_content": "let me think",
+        "reasoning": "let me think",
+        "refusal": None,
+        "annotations": None,
+        "audio": None,
+        "function_call": None,
+        "tool_calls": None,
+    }
     v = validate_request(ChatCompletionRequest.model_validate(body(messages=[USER, returned, USER])), LIMITS)
     assert (v.messages[1].content, v.messages[1].reasoning) == ("yes", "let me think")
     assert v.messages[0].reasoning is None
 
 
-@pytest.mark.parametrize("fields, reasoning", [
-    ({"reasoning_content": None, "reasoning": None}, None),  # a model without reasoning (SmolLM2)
-    ({"reasoning_content": "r"}, "r"),
-    ({"reasoning": "r"}, "r"),
-    ({"reasoning_content": "", "reasoning": ""}, ""),  # budget 0: an empty reasoning
-])
+@pytest.mark.parametrize(
+    "fields, reasoning",
+    [
+        ({"reasoning_content": None, "reasoning": None}, None),  # a model without reasoning (SmolLM2)
+        ({"reasoning_content": "r"}, "r"),
+        ({"reasoning": "r"}, "r"),
+        ({"reasoning_content": "", "reasoning": ""}, ""),  # budget 0: an empty reasoning
+    ],
+)
 def test_either_reasoning_field_reaches_the_message(fields, reasoning):
     returned = {"role": "assistant", "content": "a", **fields}
     v = validate_request(ChatCompletionRequest.model_validate(body(messages=[USER, returned, USER])), LIMITS)
@@ -124,24 +139,30 @@ def test_tool_call_turn_with_reasoning_and_null_content():
     assert v.messages[1].content == ""
 
 
-@pytest.mark.parametrize("message, param", [
-    ({"role": "user", "content": "x", "reasoning_content": "r"}, "messages.1.reasoning_content"),
-    ({"role": "system", "content": "x", "reasoning": "r"}, "messages.1.reasoning"),
-    ({"role": "assistant", "content": "x", "reasoning_content": "a", "reasoning": "b"}, "messages.1.reasoning"),
-])
+@pytest.mark.parametrize(
+    "message, param",
+    [
+        ({"role": "user", "content": "x", "reasoning_content": "r"}, "messages.1.reasoning_content"),
+        ({"role": "system", "content": "x", "reasoning": "r"}, "messages.1.reasoning"),
+        ({"role": "assistant", "content": "x", "reasoning_content": "a", "reasoning": "b"}, "messages.1.reasoning"),
+    ],
+)
 def test_reasoning_misplaced_or_disagreeing_is_a_400(message, param):
     with pytest.raises(InvalidRequestError) as err:
         validate_request(ChatCompletionRequest.model_validate(body(messages=[USER, message])), LIMITS)
     assert err.value.param == param
 
 
-@pytest.mark.parametrize("field, value, code, words", [
-    ("refusal", "I can't", "invalid_value", "only accepted as null"),
-    ("function_call", {"name": "f", "arguments": "{}"}, "invalid_value", "only accepted as null"),
-    ("annotations", [], "invalid_value", "only accepted as null"),
-    ("reasoning_content", 5, "invalid_value", "valid string"),
-    ("thoughts", "r", "unsupported_parameter", "unknown or unsupported"),  # other fields: still refused
-])
+@pytest.mark.parametrize(
+    "field, value, code, words",
+    [
+        ("refusal", "I can't", "invalid_value", "only accepted as null"),
+        ("function_call", {"name": "f", "arguments": "{}"}, "invalid_value", "only accepted as null"),
+        ("annotations", [], "invalid_value", "only accepted as null"),
+        ("reasoning_content", 5, "invalid_value", "valid string"),
+        ("thoughts", "r", "unsupported_parameter", "unknown or unsupported"),  # other fields: still refused
+    ],
+)
 def test_fields_the_server_never_returns_are_refused(client, field, value, code, words):
     message = {"role": "assistant", "content": "x", field: value}
     resp = client.post("/v1/chat/completions", json=body(messages=[USER, message]))
@@ -152,6 +173,7 @@ def test_fields_the_server_never_returns_are_refused(client, field, value, code,
 
 # --- unknown model: 404 model_not_found, as OpenAI ---------------------------------------------
 
+
 def test_unknown_model_is_a_404_model_not_found():
     with pytest.raises(ModelNotFoundError) as err:
         validate_request(ChatCompletionRequest.model_validate(body(model="gpt-4o")), LIMITS)
@@ -159,4 +181,7 @@ def test_unknown_model_is_a_404_model_not_found():
     assert resp.status_code == 404
     assert json.loads(resp.body)["error"] == {
         "message": "model 'gpt-4o' is not served here; use 'm' (see GET /v1/models)",
-        "type": "invalid_request_error", "param": "model", "code": "model_not_found"}
+        "type": "invalid_request_error",
+        "param": "model",
+        "code": "model_not_found",
+    }

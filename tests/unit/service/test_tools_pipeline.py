@@ -62,20 +62,34 @@ def test_defaults_auto_parallel_all_tools_allowed():
 def test_named_and_allowed_tools_narrow_what_is_callable():
     named = validated(tools=[fn("a"), fn("b")], tool_choice={"type": "function", "function": {"name": "b"}}).tools
     assert (named.mode, named.allowed) == ("named", ("b",))
-    allowed = validated(tools=[fn("a"), fn("b"), fn("c")], tool_choice={"type": "allowed_tools", "allowed_tools": {
-        "mode": "required", "tools": [{"type": "function", "function": {"name": n}} for n in ("c", "a", "c")]}}).tools
+    allowed = validated(
+        tools=[fn("a"), fn("b"), fn("c")],
+        tool_choice={
+            "type": "allowed_tools",
+            "allowed_tools": {
+                "mode": "required",
+                "tools": [{"type": "function", "function": {"name": n}} for n in ("c", "a", "c")],
+            },
+        },
+    ).tools
     assert (allowed.mode, allowed.allowed) == ("required", ("c", "a"))
     assert [t.name for t in allowed.tools] == ["a", "b", "c"]  # every tool is still shown
 
 
-@pytest.mark.parametrize("kw, param", [
-    ({"tools": [fn("a"), fn("a")]}, "tools.1.function.name"),
-    ({"tools": []}, "tools"),
-    ({"tool_choice": "auto"}, "tool_choice"),
-    ({"parallel_tool_calls": True}, "parallel_tool_calls"),
-    ({"tools": [fn("a", {"type": "string"})]}, "tools.0.function.parameters"),
-    ({"tools": [fn("a")], "tool_choice": {"type": "function", "function": {"name": "zz"}}}, "tool_choice.function.name"),
-])
+@pytest.mark.parametrize(
+    "kw, param",
+    [
+        ({"tools": [fn("a"), fn("a")]}, "tools.1.function.name"),
+        ({"tools": []}, "tools"),
+        ({"tool_choice": "auto"}, "tool_choice"),
+        ({"parallel_tool_calls": True}, "parallel_tool_calls"),
+        ({"tools": [fn("a", {"type": "string"})]}, "tools.0.function.parameters"),
+        (
+            {"tools": [fn("a")], "tool_choice": {"type": "function", "function": {"name": "zz"}}},
+            "tool_choice.function.name",
+        ),
+    ],
+)
 def test_bad_tool_requests_name_the_field(kw, param):
     with pytest.raises(InvalidRequestError) as err:
         validated(**kw)
@@ -85,8 +99,13 @@ def test_bad_tool_requests_name_the_field(kw, param):
 def test_conversation_with_calls_and_results():
     msgs = [
         {"role": "user", "content": "weather?"},
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "w", "arguments": '{"city": "Oslo"}'}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "w", "arguments": '{"city": "Oslo"}'}}
+            ],
+        },
         {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
     ]
     v = validated(messages=msgs, tools=[fn("w", WEATHER_PARAMS)])
@@ -101,8 +120,9 @@ def test_required_constraint_is_calls_only_for_the_allowed_tools():
     s = structure(build_constraint(v, False))
     assert s["type"] == "or"  # one call of either tool, nothing repeated
     assert tag_begins(s) == ['<tool_call>\n{"name": "a", "arguments": ', '<tool_call>\n{"name": "w", "arguments": ']
-    named = build_constraint(validated(tools=[fn("a"), fn("w")], tool_choice={
-        "type": "function", "function": {"name": "w"}}), False)
+    named = build_constraint(
+        validated(tools=[fn("a"), fn("w")], tool_choice={"type": "function", "function": {"name": "w"}}), False
+    )
     assert set(tag_begins(structure(named))) == {'<tool_call>\n{"name": "w", "arguments": '}
 
 
@@ -134,8 +154,9 @@ def test_tool_parameters_follow_the_keyword_policy():
 @pytest.mark.parametrize("choice", ["auto", "required", {"type": "function", "function": {"name": "a"}}])
 def test_pythonic_is_grammar_enforced_in_every_mode(choice):
     pythonic = get_format("pythonic")
-    constraint = build_constraint(validated(pythonic, tools=[fn("a"), fn("b", WEATHER_PARAMS)], tool_choice=choice),
-                                  False)
+    constraint = build_constraint(
+        validated(pythonic, tools=[fn("a"), fn("b", WEATHER_PARAMS)], tool_choice=choice), False
+    )
     assert constraint.kind == "structural_tag" and '"begin":"a("' in constraint.value
 
 
@@ -156,8 +177,13 @@ def test_inline_tools_for_templates_without_a_tools_section():
     msgs = [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "weather?"},
-        {"role": "assistant", "content": "Checking.", "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "w", "arguments": '{"city": "Oslo"}'}}]},
+        {
+            "role": "assistant",
+            "content": "Checking.",
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "w", "arguments": '{"city": "Oslo"}'}}
+            ],
+        },
         {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
     ]
     v = validated(messages=msgs, tools=[fn("w", WEATHER_PARAMS, description="Weather now")], tool_choice="required")

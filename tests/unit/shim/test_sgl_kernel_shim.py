@@ -1,6 +1,5 @@
 """The sgl_kernel CPU stand-in: same bits as SGLang's kernels, on hand-checked values."""
 
-
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -48,13 +47,18 @@ def test_murmur_hash32_matches_reference():
     cols = torch.tensor([0, 1, 151935, 77], dtype=torch.int64)
     got = torch.ops.sgl_kernel.murmur_hash32_cpu(seeds, positions, cols)
     assert got.dtype == torch.uint32 and got.shape == (4, 4)
-    expect = [[murmur_ref(int(s), int(p), int(c)) for c in cols] for s, p in zip([0, 42, 2**40 + 7, 2**62 - 1], positions)]
+    expect = [
+        [murmur_ref(int(s), int(p), int(c)) for c in cols] for s, p in zip([0, 42, 2**40 + 7, 2**62 - 1], positions)
+    ]
     assert got.to(torch.int64).tolist() == expect
     assert len({v for row in expect for v in row}) == 16  # the hash actually spreads
 
 
 def test_copy_all_layer_kv_cache_moves_rows_in_every_buffer():
-    bufs = [torch.arange(24, dtype=torch.float32).view(6, 4).clone(), torch.arange(12, dtype=torch.int8).view(6, 2).clone()]
+    bufs = [
+        torch.arange(24, dtype=torch.float32).view(6, 4).clone(),
+        torch.arange(12, dtype=torch.int8).view(6, 2).clone(),
+    ]
     ptrs = torch.tensor([b.data_ptr() for b in bufs], dtype=torch.int64)
     strides = torch.tensor([b.stride(0) * b.element_size() for b in bufs], dtype=torch.int64)
     before = [b.clone() for b in bufs]
