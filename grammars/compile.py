@@ -36,7 +36,14 @@ from grammars.errors import (
     Unsupported,
     UnsupportedKeywordError,
 )
-from grammars.xgrammar_calls import Kind, accepts_a_first_token, capture_warnings, compile_text, load_compiler
+from grammars.xgrammar_calls import (
+    Kind,
+    VocabFacts,
+    accepts_a_first_token,
+    capture_warnings,
+    compile_text,
+    load_compiler,
+)
 
 __all__ = ["CompileStats", "GrammarCompiler"]
 
@@ -60,13 +67,13 @@ class CompileStats:
     seconds: float
 
 
-def _worker_main(conn: Any, tokenizer_dir: str, any_whitespace: bool) -> None:
+def _worker_main(conn: Any, tokenizer_dir: str, vocab: VocabFacts | None, any_whitespace: bool) -> None:
     """Worker loop: build the compiler once, then answer ``(kind, text)`` requests with
     ``("ok", seconds)``, ``("warned", [warning, ...])``, ``("dead", "")`` (no first
     token allowed) or ``("error", message)``."""
     started = time.perf_counter()
     try:
-        _, compiler = load_compiler(Path(tokenizer_dir))
+        _, compiler = load_compiler(Path(tokenizer_dir), vocab)
     except Exception as exc:  # noqa: BLE001 - reported to the parent
         conn.send(("failed", f"{type(exc).__name__}: {exc}"))
         return
@@ -106,6 +113,7 @@ class GrammarCompiler:
     def __init__(
         self,
         tokenizer_dir: Path,
+        vocab: VocabFacts | None = None,
         *,
         timeout_s: float = 10.0,
         cache_size: int = 512,
@@ -113,6 +121,7 @@ class GrammarCompiler:
         start_timeout_s: float = 300.0,
     ) -> None:
         self.tokenizer_dir = Path(tokenizer_dir)
+        self.vocab = vocab
         self.timeout_s = timeout_s
         self.cache_size = cache_size
         self.any_whitespace = any_whitespace
@@ -258,7 +267,7 @@ class GrammarCompiler:
             target=_worker_main,
             daemon=True,
             name="structserve-grammar",
-            args=(child, str(self.tokenizer_dir), self.any_whitespace),
+            args=(child, str(self.tokenizer_dir), self.vocab, self.any_whitespace),
         )
         proc.start()
         child.close()

@@ -13,28 +13,45 @@ import json
 import os
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-__all__ = ["Kind", "accepts_a_first_token", "capture_warnings", "compile_text", "load_compiler"]
+__all__ = ["Kind", "VocabFacts", "accepts_a_first_token", "capture_warnings", "compile_text", "load_compiler"]
 
 Kind = Literal["json_schema", "structural_tag", "ebnf"]
 
 
-def load_compiler(tokenizer_dir: Path) -> tuple[Any, Any]:
+@dataclass(frozen=True)
+class VocabFacts:
+    """What xgrammar's tokenizer info takes from the model's ``config.json``, as SGLang passes
+    it: the model's vocab size (may exceed the tokenizer's) and its EOS ids (None = absent)."""
+
+    vocab_size: int | None = None
+    stop_ids: tuple[int, ...] | None = None
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> VocabFacts:
+        eos = config.get("eos_token_id")
+        stop = (eos,) if isinstance(eos, int) else tuple(eos) if isinstance(eos, list) else None
+        size = config.get("vocab_size")
+        return cls(size if isinstance(size, int) else None, stop)
+
+
+def load_compiler(tokenizer_dir: Path, vocab: VocabFacts | None = None) -> tuple[Any, Any]:
     """``(hf_tokenizer, xgrammar.GrammarCompiler)`` for ``tokenizer_dir`` (a HF model or
     tokenizer dir), built like SGLang: ``TokenizerInfo.from_huggingface`` with the
-    model's vocab size and EOS ids when ``config.json`` has them. Imports xgrammar."""
+    model's vocab size and EOS ids (``vocab``: the serving path passes what it read once;
+    offline callers leave it None and it is read from ``config.json``). Imports xgrammar."""
     import xgrammar
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-    config = _read_json(tokenizer_dir / "config.json")
-    eos = config.get("eos_token_id")
+    facts = vocab if vocab is not None else VocabFacts.from_config(_read_json(tokenizer_dir / "config.json"))
     info = xgrammar.TokenizerInfo.from_huggingface(
         tokenizer,
-        vocab_size=config.get("vocab_size"),
-        stop_token_ids=[eos] if isinstance(eos, int) else eos,
+        vocab_size=facts.vocab_size,
+        stop_token_ids=list(facts.stop_ids) if facts.stop_ids is not None else None,
     )
     return tokenizer, xgrammar.GrammarCompiler(info, cache_enabled=False)
 

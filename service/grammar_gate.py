@@ -14,15 +14,16 @@ import asyncio
 from pathlib import Path
 
 from grammars.errors import GrammarError
+from grammars.xgrammar_calls import VocabFacts
 from service.metrics import GRAMMAR_CACHE, GRAMMAR_COMPILE_SECONDS
 from service.types import DecodeConstraint
 
 
 class GrammarService:
-    def __init__(self, tokenizer_dir: Path, *, timeout_s: float, cache_size: int):
+    def __init__(self, tokenizer_dir: Path, vocab: VocabFacts, *, timeout_s: float, cache_size: int):
         from grammars.compile import GrammarCompiler
 
-        self._compiler = GrammarCompiler(tokenizer_dir, timeout_s=timeout_s, cache_size=cache_size)
+        self._compiler = GrammarCompiler(tokenizer_dir, vocab, timeout_s=timeout_s, cache_size=cache_size)
         self._compile = {
             "json_schema": self._compiler.compile_json_schema,
             "structural_tag": self._compiler.compile_structural_tag,

@@ -39,7 +39,7 @@ async def _load(state: ServiceState, model_dir: Path, on_failure: Any) -> None:
         restore_logging()
         state.engine = engine
         g = state.settings.grammar
-        state.grammar = GrammarService(model_dir, timeout_s=g.compile_timeout_s, cache_size=g.cache_size)
+        state.grammar = GrammarService(model_dir, info.vocab, timeout_s=g.compile_timeout_s, cache_size=g.cache_size)
         state.context_length = engine.context_length
         limits = ServingLimits(
             served_model_name=state.served_model_name,

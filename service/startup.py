@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from grammars.xgrammar_calls import VocabFacts
 from runtime_ext.config import RuntimeExtConfig
 from runtime_ext.kv_cache.calibration import Calibration, load_calibration
 from runtime_ext.kv_cache.sizing import cell_bytes, tokens_for_budget
@@ -52,6 +53,7 @@ class ModelInfo:
     kv_shape: tuple[int, int, int] | None  # (layers, kv_heads, head_dim); None if config.json lacks them
     tensors: TensorShapes  # every safetensors tensor: name -> (shape, dtype)
     quant_description: dict | None  # the msModelSlim quant_model_description.json, if any
+    vocab: VocabFacts  # vocab size and EOS ids, as the grammar compiler's tokenizer info takes them
 
     @classmethod
     def read(cls, model_dir: Path) -> ModelInfo:
@@ -63,6 +65,7 @@ class ModelInfo:
             kv_shape=_kv_shape(config),
             tensors=_tensor_shapes(model_dir),
             quant_description=modelslim.read(model_dir),
+            vocab=VocabFacts.from_config(config),
         )
 
     def require_kv_shape(self) -> tuple[int, int, int]:

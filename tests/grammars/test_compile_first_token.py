@@ -28,8 +28,9 @@ def qwen3_dir() -> Path:
 
 def test_no_first_token_is_a_400_naming_the_field(qwen3_dir: Path) -> None:
     from service.grammar_gate import GrammarService
+    from service.startup import ModelInfo
 
-    service = GrammarService(qwen3_dir, timeout_s=60.0, cache_size=8)
+    service = GrammarService(qwen3_dir, ModelInfo.read(qwen3_dir).vocab, timeout_s=60.0, cache_size=8)
     try:
         for _ in range(2):  # a deterministic failure: the second answer comes from the cache
             with pytest.raises(UnsatisfiableSchemaError) as info:
