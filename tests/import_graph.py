@@ -33,9 +33,10 @@ PURE = (
     "runtime_ext/prefix_cache/events.py",
     "runtime_ext/quant/policy.py",
     "runtime_ext/config.py",
+    "runtime_ext/state.py",
     "grammars/*",
     "service/pipeline/*",
-    "service/stages/*",
+    "service/types.py",
     "service/limits.py",
 )
 # The one module of the pure packages that adapts to SGLang (imports sglang lazily, by design).
