@@ -16,7 +16,9 @@ processes (``RuntimeExtConfig.export``) before the engine starts:
    linear layer of the model, else the server does not start (the error names the layer).
    A checkpoint with its own ``quant_model_description.json`` (msModelSlim layout, e.g. from
    ``structserve quant export``) takes precedence: it is checked (types, tensors, shapes, group
-   size; errors name the layer) and served by ``structserve_modelslim``.
+   size; errors name the layer) and passed as ``modelslim``: the plugin's override
+   (``runtime_ext.quant.targets.serving_method``) serves it with ``structserve_modelslim`` off-NPU
+   and wherever SGLang's own modelslim method has no scheme for it, with SGLang's otherwise.
 """
 
 from __future__ import annotations
@@ -134,7 +136,7 @@ def quant_setup(settings: Settings, info: ModelInfo) -> tuple[str | None, QuantP
                 modelslim.DESCRIPTION,
                 settings.quantization,
             )
-        return "structserve_modelslim", QuantPolicy("w8a8_dynamic", stage_aware=settings.quant.stage_aware)
+        return "modelslim", QuantPolicy("w8a8_dynamic", stage_aware=settings.quant.stage_aware)
     if settings.quantization == "none":
         return None, None
     q = settings.quant

@@ -5,8 +5,10 @@ passes it to ``from_config``). Each linear module gets the scheme of its descrip
 (the parts of a fused module must agree): its int8 weight and float32 scale/offset are
 loaded as they are, then prepared exactly like online quantization (``process_weights_after_loading``
 of ``StructserveLinearMethod``), so export -> load equals quantizing at load. ``FLOAT`` layers load
-in high precision. The method claims modelslim checkpoints off-NPU by default (SGLang's own
-modelslim method needs NPU ops); on an NPU, ask for it with ``quantization=structserve_modelslim``.
+in high precision. Who serves a modelslim checkpoint is ``targets.serving_method``: ours off-NPU
+(SGLang's own modelslim method needs NPU ops) and on an NPU wherever SGLang has no scheme for a
+described type (W8A16, W4A16) or stage-aware decode is asked for; SGLang's ``modelslim`` otherwise.
+``quantization=structserve_modelslim`` always gets ours.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from sglang.srt.utils import set_weight_attrs
 from runtime_ext.config import RuntimeExtConfig
 from runtime_ext.ops import get_op
 from runtime_ext.ops.kv_ref import pack_int4
-from runtime_ext.quant import modelslim
+from runtime_ext.quant import modelslim, targets
 from runtime_ext.quant.policy import QuantPolicy, shards
 from runtime_ext.quant.sglang_methods import (
     ConfigBase,
@@ -31,7 +33,7 @@ from runtime_ext.quant.sglang_methods import (
 )
 from runtime_ext.state import QuantStats
 
-NAME = "structserve_modelslim"
+NAME = targets.OURS  # "structserve_modelslim"
 
 
 class CheckpointLinearMethod(StructserveLinearMethod):
@@ -105,13 +107,17 @@ class StructserveModelSlimConfig(ConfigBase):
 
     @classmethod
     def override_quantization_method(cls, hf_quant_cfg: Any, user_quant: Any) -> str | None:
+        """Who serves a modelslim checkpoint: ``targets.serving_method`` (SGLang's own ``modelslim`` on an
+        NPU when it loads every type in the description, ours otherwise and always off-NPU)."""
         from sglang.srt.utils import is_npu
 
         if not isinstance(hf_quant_cfg, dict) or hf_quant_cfg.get("quant_method") != "modelslim":
             return None
-        if user_quant == NAME or (user_quant in (None, "modelslim") and not is_npu()):
-            return NAME
-        return None
+        if user_quant not in (None, "modelslim", NAME):
+            return None
+        policy = RuntimeExtConfig.from_env().quant_policy
+        stage_aware = policy.stage_aware if policy is not None else False
+        return targets.serving_method(is_npu(), targets.description_types(hf_quant_cfg), stage_aware, user_quant)
 
     def get_quant_method(self, layer: Any, prefix: str) -> Any:
         if not isinstance(layer, LinearBase):

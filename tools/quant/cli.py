@@ -82,25 +82,36 @@ def export_cmd(
     model: ModelOpt = None,
     group_size: Annotated[int, typer.Option(help="W8A16/W4A16 group size")] = 128,
     sensitive_layers: Annotated[Optional[Path], typer.Option(help="keep these layers (a scan's JSON) in bf16")] = None,
+    target: Annotated[
+        str, typer.Option(help="whose loader reads it: structserve | sglang-npu | vllm-ascend (docs/ascend.md)")
+    ] = "structserve",
 ) -> None:
     """Write a quantized checkpoint in the msModelSlim layout (quant_model_description.json + int8 weights)."""
     from tqdm import tqdm
 
     from assets import fetch
-    from runtime_ext.quant.policy import QuantPolicy
+    from runtime_ext.quant.policy import QuantPolicy, QuantPolicyError
     from runtime_ext.quant.sensitivity import load_sensitive_layers
+    from runtime_ext.quant.targets import TargetError, layout
     from tools.quant.export import export
 
+    try:
+        layout(target, scheme)  # refuse before fetching or reading anything
+        policy = QuantPolicy(scheme, group_size, keep=())  # type: ignore[arg-type]
+    except (TargetError, QuantPolicyError) as exc:
+        typer.echo(f"structserve quant export: {exc}", err=True)
+        raise typer.Exit(2) from None
     model_dir = model or fetch(["smollm2"]).smollm2
     keep = tuple(load_sensitive_layers(sensitive_layers)) if sensitive_layers else ()
     result = export(
         model_dir,
         out,
-        QuantPolicy(scheme, group_size, keep=keep),
+        QuantPolicy(policy.scheme, group_size, keep=keep),
         progress=lambda it: tqdm(it, desc="quantizing", unit="layer"),
+        target=target,
     )
     typer.echo(
-        f"{result['quantized']} linear layers {scheme}, {result['kept']} kept; "
+        f"{result['quantized']} linear layers {result['type']} for {target}, {result['kept']} kept; "
         f"{result['bytes'] / 2**20:.1f} MiB of tensors -> {out}"
     )
 

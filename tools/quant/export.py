@@ -3,6 +3,11 @@
 online quantization (``runtime_ext.ops.quant_ref``), so loading the export gives the same
 weights as quantizing at load. Layers in ``policy.keep`` are written unchanged and described
 ``FLOAT``.
+
+``target`` picks whose loader reads the result (``runtime_ext/quant/targets.py``): ``structserve``
+(our layout), ``sglang-npu`` / ``vllm-ascend`` (exactly the tensors the upstream loader creates:
+per-channel scales in the checkpoint's dtype). A scheme the target cannot load raises ``TargetError``
+before anything is written.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from runtime_ext.ops import quant_ref
 from runtime_ext.ops.kv_ref import unpack_int4
 from runtime_ext.quant import modelslim
 from runtime_ext.quant.policy import QuantPolicy, linear_layer_names
+from runtime_ext.quant.targets import Layout, layout
 
 
 def _read(model_dir: Path) -> dict[str, torch.Tensor]:
@@ -31,18 +37,33 @@ def _read(model_dir: Path) -> dict[str, torch.Tensor]:
     return tensors
 
 
-def quantized_tensors(layer: str, weight: torch.Tensor, policy: QuantPolicy) -> dict[str, torch.Tensor]:
-    if policy.scheme == "w8a8_dynamic":
+def quantized_tensors(
+    layer: str, weight: torch.Tensor, policy: QuantPolicy, form: Layout | None = None, params_dtype=torch.bfloat16
+) -> dict[str, torch.Tensor]:
+    """One layer's int8 weight and scale/offset in ``form`` (default: our layout of ``policy.scheme``)."""
+    form = form or layout("structserve", policy.scheme)
+    if form.per_channel:
         q, scale = quant_ref.quantize_weight_per_channel(weight)
         scale = scale.unsqueeze(1)
     else:
         q, scale = quant_ref.quantize_weight_groupwise(weight, policy.bits, policy.group_size)
-        q = unpack_int4(q) if policy.bits == 4 else q  # stored unpacked: int8 values in [-8, 7]
+        q = unpack_int4(q) if form.int4_unpacked else q  # stored unpacked: int8 values in [-8, 7]
+    dtype = torch.float32 if form.scale_dtype == "float32" else params_dtype
     return {
         f"{layer}.weight": q.contiguous(),
-        f"{layer}.weight_scale": scale.float().contiguous(),
-        f"{layer}.weight_offset": torch.zeros_like(scale, dtype=torch.float32),
+        f"{layer}.weight_scale": scale.to(dtype).contiguous(),
+        f"{layer}.weight_offset": torch.zeros_like(scale, dtype=dtype),
     }
+
+
+def _params_dtype(model_dir: Path) -> torch.dtype:
+    """The checkpoint's ``torch_dtype``/``dtype`` from config.json: the loaders' params_dtype under ``--dtype auto``."""
+    config = json.loads((Path(model_dir) / "config.json").read_text())
+    name = config.get("torch_dtype") or config.get("dtype") or "bfloat16"
+    dtype = getattr(torch, str(name), None)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise modelslim.CheckpointError(f"{model_dir}/config.json: torch_dtype {name!r} is not a float dtype")
+    return dtype
 
 
 def export(
@@ -50,20 +71,23 @@ def export(
     out_dir: Path,
     policy: QuantPolicy,
     progress: Callable[[Iterable[Any]], Iterable[Any]] = lambda it: it,
+    target: str = "structserve",
 ) -> dict:
     from safetensors.torch import save_file
 
+    form = layout(target, policy.scheme)  # TargetError before anything is read or written
+    params_dtype = _params_dtype(model_dir) if form.scale_dtype == "params" else torch.float32
     tensors = _read(model_dir)
     layers = sorted(linear_layer_names(list(tensors)) - set(policy.keep))
     out: dict[str, torch.Tensor] = {n: t for n, t in tensors.items() if n.rpartition(".")[0] not in layers}
     for layer in progress(layers):
-        out.update(quantized_tensors(layer, tensors[f"{layer}.weight"], policy))
+        out.update(quantized_tensors(layer, tensors[f"{layer}.weight"], policy, form, params_dtype))
     out_dir.mkdir(parents=True, exist_ok=True)
     save_file(out, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
     desc = modelslim.describe(
         [n for n in tensors if n.rpartition(".")[0] not in layers],
         {layer: policy.scheme for layer in layers},
-        policy.group_size,
+        0 if form.per_channel else policy.group_size,
     )
     (out_dir / modelslim.DESCRIPTION).write_text(json.dumps(desc, indent=1))
     for path in Path(model_dir).iterdir():  # config, tokenizer, chat template
@@ -74,6 +98,8 @@ def export(
         ):
             shutil.copy2(path, out_dir / path.name)
     return {
+        "target": target,
+        "type": form.type,
         "quantized": len(layers),
         "kept": len(policy.keep),
         "bytes": sum(t.numel() * t.element_size() for t in out.values()),
