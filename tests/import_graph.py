@@ -32,6 +32,7 @@ PURE = (
     "runtime_ext/prefix_cache/matcher.py",
     "runtime_ext/prefix_cache/events.py",
     "runtime_ext/quant/policy.py",
+    "runtime_ext/quant/targets.py",
     "runtime_ext/config.py",
     "runtime_ext/state.py",
     "grammars/*",

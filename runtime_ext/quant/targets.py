@@ -69,6 +69,8 @@ WHY_NOT = {
 }
 UPSTREAM_LINEAR_TYPES = {
     "sglang-npu": "W4A4_DYNAMIC, W8A8, W8A8_DYNAMIC, W8A8_MXFP8, W4A8_MXFP, W4A4_MXFP4",
+    "vllm-ascend": "W4A4_DYNAMIC, W4A4_FLATQUANT_DYNAMIC, W4A4_MXFP4, W4A4_MXFP4_FLATQUANT, W4A8_DYNAMIC, W4A8_MXFP, "
+    "W8A16, W8A8, W8A8_DYNAMIC, W8A8_MIX, W8A8_MXFP8, W8A8FP8_DYNAMIC",
 }
 
 
@@ -76,9 +78,9 @@ def layout(target: str, scheme: str) -> Layout:
     """The layout ``target`` loads for ``scheme``, or ``TargetError`` saying what it can load instead."""
     if target not in LAYOUTS:
         raise TargetError(f"unknown export target {target!r}; valid: {', '.join(TARGETS)}")
-    found = LAYOUTS[target].get(scheme)  # type: ignore[index]
+    found = LAYOUTS[target].get(scheme)
     if found is None:
-        ours = ", ".join(LAYOUTS[target])  # type: ignore[index]
+        ours = ", ".join(LAYOUTS[target])
         upstream = UPSTREAM_LINEAR_TYPES.get(target)
         raise TargetError(
             f"target {target} ({LOADER[target]}) cannot load {scheme}: "
@@ -90,7 +92,7 @@ def layout(target: str, scheme: str) -> Layout:
     return found
 
 
-def description_types(description: dict) -> set[str]:
+def description_types(description: dict[str, object]) -> set[str]:
     """The quantization types of a description's linear-layer entries (``<layer>.weight``)."""
     return {v for k, v in description.items() if isinstance(k, str) and k.endswith(".weight") and isinstance(v, str)}
 

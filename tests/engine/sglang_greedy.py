@@ -7,7 +7,9 @@ server fixtures are its children too).
     python tests/engine/sglang_greedy.py MODEL_DIR N_TOKENS '[[1, 2, 3], [4, 5]]' [KV_CACHE [QUANTIZATION [DTYPE]]]
 
 KV_CACHE: bf16 (default) or one of the C8 modes. QUANTIZATION: none (default) or a linear
-scheme (w8a8_dynamic, w8a16, w4a16; policy from RuntimeExtConfig.quant_policy). DTYPE: float32 (default). Also prints each output token's logprob and
+scheme (w8a8_dynamic, w8a16, w4a16; policy from RuntimeExtConfig.quant_policy), or modelslim for a
+checkpoint with quant_model_description.json (passed as the service passes it: the plugin's override
+picks who serves it). DTYPE: float32 (default). Also prints each output token's logprob and
 the plugin's report of the KV pool as allocated (tokens, bytes, side-buffer statistics). With
 ``INPUT_LOGPROBS=1`` in the environment, also the logprob of every prompt token after the first
 (teacher-forced: computed in the prefill, so attention read the cache for each of them).
@@ -38,7 +40,7 @@ def main() -> None:
         dtype=dtype,
         engine=EngineSettings(max_total_tokens=4096, page_size=1),
         kv_cache=kv_cache,
-        quantization=None if scheme == "none" else f"structserve_{scheme}",
+        quantization={"none": None, "modelslim": "modelslim"}.get(scheme, f"structserve_{scheme}"),
     )
     engine = sglang.Engine(**options.engine_kwargs())
     try:
