@@ -68,3 +68,15 @@ def test_our_loader_reads_the_sglang_npu_export(npu_export):
     # our parameters hold the scales in float32: the bf16 values, widened exactly
     assert {name.rpartition(".")[2] for name, _ in report["dtype_differs"]} == {"weight_scale", "weight_offset"}
     assert report["stats"]["quantized"] == LINEAR_MODULES - 1 and report["stats"]["kept"] == 1
+
+
+def test_the_service_passes_the_checkpoint_as_modelslim(npu_export, monkeypatch):
+    """startup checks the export and names no method of ours: the override decides (targets.serving_method)."""
+    from runtime_ext.config import ENV_NAMES
+    from service.settings import Settings
+    from service.startup import ModelInfo, prepare_engine
+
+    for name in ENV_NAMES:
+        monkeypatch.setenv(name, "1")  # records the original value: restored after the test
+        monkeypatch.delenv(name)
+    assert prepare_engine(Settings(), ModelInfo.read(npu_export)).quantization == "modelslim"
