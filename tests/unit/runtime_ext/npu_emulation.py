@@ -61,7 +61,7 @@ def npu_quant_matmul(x1, x2, scale, *, offset=None, pertoken_scale=None, bias=No
     contract.check_quant_matmul(x1, x2, scale, offset, pertoken_scale, bias, output_dtype)
     if x1.dtype != torch.int8 or scale.dtype == torch.int64 or output_dtype in (None, torch.int8):
         raise NotImplementedError("npu_quant_matmul: int4 inputs, int64 scales and int8 output are not emulated")
-    acc = (x1.to(torch.int64) @ x2.to(torch.int64)).to(torch.float64)
+    acc = torch._int_mm(x1.reshape(-1, x1.shape[-1]), x2.contiguous()).to(torch.float64)  # exact int32 sums
     if bias is not None and bias.dtype == torch.int32:
         acc = acc + bias.to(torch.float64)
     y = acc * scale.to(torch.float64)
@@ -103,16 +103,29 @@ def npu_weight_quant_batchmatmul(
     )
     if quant_scale is not None:
         raise NotImplementedError("npu_weight_quant_batchmatmul: int8 output (quant_scale) is not emulated")
-    w = (_unpack_int4pack(weight) if weight.dtype == torch.int32 else weight).to(torch.float64)
-    if antiquant_offset is not None:
-        w = w + antiquant_offset.to(torch.float64)
-    scale = antiquant_scale.to(torch.float64)
-    if antiquant_group_size:
-        scale = scale.repeat_interleave(antiquant_group_size, dim=0)[: w.shape[0]]
-    y = x.to(torch.float64) @ (w * scale)
-    if bias is not None:
-        y = y + bias.to(torch.float64)
-    return y.to(x.dtype)
+    y = x @ _antiquant_weight(weight, antiquant_scale, antiquant_offset, antiquant_group_size)
+    return y if bias is None else y + bias.to(x.dtype)
+
+
+_WEIGHTS: dict[tuple, tuple] = {}  # (tensor ids/versions) -> (the tensors, held so ids stay unique; the result)
+
+
+def _antiquant_weight(weight, scale, offset, group_size):
+    """(weight + offset) * scale in the scale's (= x's) dtype, memoized per weight: the weights are
+    constant after load, and unpacking them on every call would make an engine run too slow."""
+    parts = (weight, scale, offset)
+    key = tuple((id(t), getattr(t, "_version", 0)) for t in parts) + (group_size,)
+    if key not in _WEIGHTS:
+        w = (_unpack_int4pack(weight) if weight.dtype == torch.int32 else weight).float()
+        if offset is not None:
+            w = w + offset.float()
+        s = scale.float()
+        if group_size:
+            s = s.repeat_interleave(group_size, dim=0)[: w.shape[0]]
+        if len(_WEIGHTS) > 1024:
+            _WEIGHTS.clear()
+        _WEIGHTS[key] = (parts, (w * s).to(scale.dtype))
+    return _WEIGHTS[key][1]
 
 
 def npu_format_cast(x, acl_format):
