@@ -68,9 +68,7 @@ def run(model_dir: Path, ids: list[int], config: tuple, calib: Path, record: Pat
     }
     script = Path(__file__).with_name("sglang_npu_record.py")
     argv = [str(model_dir), str(N_TOKENS), json.dumps([ids]), kv_cache, scheme, dtype]
-    proc = subprocess.run(
-        [sys.executable, str(script), *argv], capture_output=True, text=True, timeout=600, env=env
-    )
+    proc = subprocess.run([sys.executable, str(script), *argv], capture_output=True, text=True, timeout=600, env=env)
     found = {
         line.split(" ", 1)[0]: json.loads(line.split(" ", 1)[1])
         for line in proc.stdout.splitlines()
@@ -101,6 +99,8 @@ def recorded(assets, tmp_path_factory):
         record = tmp / f"calls{i}.jsonl"
         found = run(assets.smollm2, ids, config, calib, record)
         out[name] = (tok.decode(found["OUTPUT_IDS"][0]), found, npu_recording.load(record))
+        if os.environ.get("NPU_RECORD_KEEP"):  # a directory: keep the records (docs/npu-contracts.md)
+            Path(os.environ["NPU_RECORD_KEEP"], f"{name.replace(' ', '_')}.jsonl").write_text(record.read_text())
     return out
 
 

@@ -86,7 +86,9 @@ def check_quantize(input, scales, zero_points, dtype, axis, div_mode) -> None:
     # Shape: 1-D with input.shape[axis] or 1 elements. Documented for div_mode=False; applied to
     # div_mode=True too, as the only shape that broadcasts along ``axis`` (an inference, not a quote).
     n = input.shape[last]
-    _require(scales.dim() == 1 and scales.shape[0] in (1, n), op, "scales", tuple(scales.shape), f"1-D of size 1 or {n}")
+    _require(
+        scales.dim() == 1 and scales.shape[0] in (1, n), op, "scales", tuple(scales.shape), f"1-D of size 1 or {n}"
+    )
 
 
 def check_anti_quant(x, scale, offset=None, dst_dtype=None, src_dtype=None) -> None:
@@ -112,7 +114,12 @@ _QMM_ROWS = {
         ({torch.float32}, {None, torch.int32, torch.float16, torch.float32}, {torch.float32}, {None}),
     ],
     "bfloat16": [
-        ({torch.float32, torch.bfloat16}, {None, torch.int32, torch.bfloat16, torch.float32}, {None, torch.float32}, {None})
+        (
+            {torch.float32, torch.bfloat16},
+            {None, torch.int32, torch.bfloat16, torch.float32},
+            {None, torch.float32},
+            {None},
+        )
     ],
     "int8": [({torch.int64, torch.float32}, {None, torch.int32}, {None}, {None, torch.float32})],
 }
@@ -169,7 +176,9 @@ def check_weight_quant_batchmatmul(
         want = (math.ceil(k / group_size), n)
         _require(shape == want, op, "antiquant_scale", shape, f"{want} per group", "npu_weight_quant_batchmatmul/group")
     else:  # per-tensor (1,)/(1, 1), per-channel (N,)/(1, N)
-        _require(shape in ((1,), (1, 1), (n,), (1, n)), op, "antiquant_scale", shape, f"(1,), (1, 1), ({n},) or (1, {n})")
+        _require(
+            shape in ((1,), (1, 1), (n,), (1, n)), op, "antiquant_scale", shape, f"(1,), (1, 1), ({n},) or (1, {n})"
+        )
     if antiquant_offset is not None:
         same = antiquant_offset.dtype == antiquant_scale.dtype and antiquant_offset.shape == antiquant_scale.shape
         _require(same, op, "antiquant_offset", tuple(antiquant_offset.shape), "antiquant_scale's dtype and shape")
