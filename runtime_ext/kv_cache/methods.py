@@ -1,12 +1,15 @@
 """The C8 KV methods as SGLang ``KVCacheQuantMethodBase`` subclasses (imports sglang).
 
 - ``c8_dynamic``: int8 K/V ``[size, H, D]`` plus float16 scales ``[size, H]`` per layer,
-  computed when a token is stored (absmax/127 per token and head).
+  computed when a token is stored (absmax/127 per token and head; on NPU by ``npu_dynamic_quant``,
+  whose float32 scale is stored rounded to float16: see ``ops/kv_npu.py``).
 - ``c8_static``: int8 K/V with read-only per-channel scales ``[H, D]`` per layer from the
   calibration file (``RuntimeExtConfig.kv_calibration``); values clamped.
 - ``c8_static_residual``: ``c8_static`` plus INT4 residuals for outlier vectors (ε > τ) in
   a side buffer per layer and K-or-V (``residual.ResidualSlots``); slots are released when
-  the allocator frees their pages, and when a location is written again.
+  the allocator frees their pages, and when a location is written again. The residual is
+  ``x - deq8`` with ``deq8`` dequantized in the model dtype (what attention reads), so no
+  dequantization ever asks for float32 (``npu_anti_quant`` outputs float16/bfloat16 only).
 
 Besides SGLang's whole-buffer read (``dequantize_kv_tensor``, the PLAIN access), each method
 has ``gather(buffer, scales, locs)``: dequantize only the rows at ``locs``, which is what
@@ -170,7 +173,8 @@ class C8StaticResidualKVCacheMethod(C8StaticKVCacheMethod):
         locs = torch.as_tensor(loc, device=k_buffer.device).reshape(-1)
         for buf, scale, x in ((k_buffer, k_scale_buffer, cache_k), (v_buffer, v_scale_buffer, cache_v)):
             x = x.reshape(-1, *buf.shape[1:])
-            deq8 = get_op(self.DEQUANTIZE, buf.device.type)(buf[locs], scale, torch.float32)
+            # what attention will read (model dtype): the residual corrects exactly that
+            deq8 = get_op(self.DEQUANTIZE, buf.device.type)(buf[locs], scale, self.dtype)
             self.sides[buf.data_ptr()].store(locs, x, deq8)
 
     def dequantize_kv_tensor(self, tensor, scales, layer_id, dtype=None):

@@ -1,22 +1,31 @@
 """NPU implementations of the C8 KV ops on ``torch_npu`` (Ascend).
 
-UNVERIFIED ON HARDWARE: no NPU exists where this was written. Each function is tested
-against an emulation of the documented semantics of the ``torch_npu`` ops it calls
-(``tests/unit/runtime_ext/npu_emulation.py``):
+Verification level: contract-tested against documented op semantics, unverified on hardware.
+No NPU exists where this was written. Each function is tested against a strict emulation of the
+torch_npu ops it calls (``tests/unit/runtime_ext/npu_emulation.py``), which enforces each op's
+documented contract (``npu_contracts.py``, rules cite the hiascend.com torch_npu API pages; table in
+``docs/npu-contracts.md``); the real engine's calls are recorded and replayed through it
+(``tests/engine/test_npu_recorded_calls.py``).
 
-- ``torch_npu.npu_dynamic_quant(x)``: per-token symmetric INT8 over the last dim;
-  returns (int8 y, float32 scale = rowMax(|x|) / 127 with the last dim removed).
-- ``torch_npu.npu_quantize(x, scales, zero_points, dtype, axis)``: per-channel static
-  quantization ``round(x / scales)`` (documented as ``x * scales`` when ``div_mode`` is
-  False; we pass ``div_mode=True``), saturated to the INT8 range.
-- ``torch_npu.npu_anti_quant(x, scale, offset=None, dst_dtype=...)``: ``(x + offset) * scale``
-  with ``scale`` broadcast along the last dim.
+- C8-D store: ``torch_npu.npu_dynamic_quant(x)`` (x float16/bfloat16, ≥ 2-D): int8 y and a float32
+  scale = rowMax(|x|)/127 per token and head. The pool stores float16 scales, so the float32 scale
+  is rounded to nearest float16: a read ``q * s16`` then errs by at most ``(0.5 + 127 * 2**-11) * s``
+  ≈ 0.56 steps (the fp16 rounding moves ``127 * s`` by up to 127·2⁻¹¹·s) instead of 0.5; the
+  reference path rounds its float16 scale up and keeps the 0.5-step bound.
+- C8-S store: ``npu_quantize(x, s, None, torch.qint8, axis=-1, div_mode=True)`` on ``[T, H*D]``
+  float32 with the float32 per-channel scales ``[H*D]``; the op saturates to [-128, 127], we clamp
+  to ±127 as the reference does.
+- C8-S read: ``npu_anti_quant(q, s, dst_dtype=...)`` with int8 ``[T, H*D]`` and float32 ``s[H*D]``.
+  ``dst_dtype`` may only be float16/bfloat16: a float32 request is served in bfloat16 and upcast.
+- C8-D read: no op fits (``npu_anti_quant``'s scale is 1-D along the last axis, not per row): the
+  dispatch table uses the reference broadcast multiply on every device, output in the model dtype.
 
-Per-token dequantization needs no NPU op (a broadcast multiply): the dispatch table uses the
-reference for it on every device.
+Float32 models: the ops take float16/bfloat16 only, so activations are cast to bfloat16 at the op
+boundary (range of float32, 8-bit mantissa) and results cast back: a float32 model on the NPU path
+has bfloat16 precision in these ops.
 
-The op module is looked up at call time (``_npu()``), so tests can substitute the
-emulation and the reference path never imports ``torch_npu``.
+The op module is looked up at call time (``_npu()``), so tests can substitute the emulation and the
+reference path never imports ``torch_npu``.
 """
 
 from __future__ import annotations
@@ -27,6 +36,8 @@ import torch
 
 from runtime_ext.ops.kv_ref import INT8_MAX, _check_finite
 
+HALF = (torch.float16, torch.bfloat16)
+
 
 def _npu() -> Any:
     import torch_npu  # noqa: F401  (Ascend only)
@@ -34,24 +45,25 @@ def _npu() -> Any:
     return torch_npu
 
 
+def op_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype an fp16/bf16-only op computes in for a model of ``dtype`` (float32 -> bfloat16)."""
+    return dtype if dtype in HALF else torch.bfloat16
+
+
 def quantize_per_token(x: torch.Tensor, scale_dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
     _check_finite(x, "the KV tensor")
-    if scale_dtype != torch.float32:  # a narrower stored scale: quantize against it (reference math)
-        from runtime_ext.ops.kv_ref import quantize_per_token as reference
-
-        return reference(x, scale_dtype)
-    q, scale = _npu().npu_dynamic_quant(x.to(torch.bfloat16) if x.dtype == torch.float32 else x)
-    return q, scale.float()
+    q, scale = _npu().npu_dynamic_quant(x.to(op_dtype(x.dtype)))
+    return q, scale.to(scale_dtype)
 
 
 def quantize_static(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     _check_finite(x, "the KV tensor")
     flat = x.reshape(x.shape[0], -1)
-    q = _npu().npu_quantize(flat.float(), scale.reshape(-1).float(), None, torch.qint8, -1, True)
+    q = _npu().npu_quantize(flat.float(), scale.reshape(-1).float(), None, torch.qint8, flat.dim() - 1, True)
     return q.reshape(x.shape).clamp_(-INT8_MAX, INT8_MAX)
 
 
 def dequantize_static(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     flat = q.reshape(q.shape[0], -1)
-    out = _npu().npu_anti_quant(flat, scale.reshape(-1).float(), offset=None, dst_dtype=dtype)
-    return out.reshape(q.shape)
+    out = _npu().npu_anti_quant(flat, scale.reshape(-1).float(), offset=None, dst_dtype=op_dtype(dtype))
+    return out.reshape(q.shape).to(dtype)

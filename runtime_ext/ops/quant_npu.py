@@ -1,17 +1,24 @@
 """NPU implementations of the linear-layer quantization ops on ``torch_npu`` (Ascend).
 
-UNVERIFIED ON HARDWARE: no NPU exists where this was written. Each function is tested
-against an emulation of the documented semantics of the ``torch_npu`` ops it calls
-(``tests/unit/runtime_ext/npu_emulation.py``):
+Verification level: contract-tested against documented op semantics, unverified on hardware.
+No NPU exists where this was written. Each function is tested against a strict emulation of the
+torch_npu ops it calls (``tests/unit/runtime_ext/npu_emulation.py``), which enforces each op's
+documented contract (``npu_contracts.py``; table in ``docs/npu-contracts.md``); the real engine's
+calls are recorded and replayed through it (``tests/engine/test_npu_recorded_calls.py``).
 
-- ``npu_dynamic_quant(x)``: per-token symmetric INT8 (int8 y, float32 scale[M]).
+- ``npu_dynamic_quant(x)``: per-token symmetric INT8 (int8 y, float32 scale[M]); x float16/bfloat16.
 - ``npu_quant_matmul(x1, x2, scale, pertoken_scale=..., bias=..., output_dtype=...)``:
-  ``(x1 @ x2) * scale[N] * pertoken_scale[M] (+ bias)`` with int8 x1 ``[M, K]``, x2 ``[K, N]``.
-- ``npu_weight_quant_batchmatmul(x, weight, antiquant_scale, antiquant_offset=None,
-  bias=None, antiquant_group_size=G)``: ``x @ ((weight + offset) * scale)`` with weight
-  ``[K, N]`` (int8, or int32 holding 8 packed int4 per element from
-  ``npu_convert_weight_to_int4pack``), scale ``[K/G, N]`` (per group) or ``[N]``.
-- ``npu_format_cast(w, 29)``: the weight in FRACTAL_NZ layout (same values) at load.
+  ``(x1 @ x2) * scale[N] * pertoken_scale[M] (+ bias)`` with int8 x1 ``[M, K]``, x2 ``[K, N]``,
+  float32 scale and pertoken_scale; output_dtype float16/bfloat16 (the documented dtype table allows
+  a float32 or output-dtype bias with pertoken_scale: we pass the output dtype).
+- ``npu_weight_quant_batchmatmul(x, weight, antiquant_scale, bias=None, antiquant_group_size=G)``:
+  ``x @ (weight * scale)`` with x float16/bfloat16 ``[M, K]``, weight ``[K, N]`` (int8, or int32
+  holding 8 packed int4 per element from ``npu_convert_weight_to_int4pack``), scale in x's dtype,
+  ``[ceil(K/G), N]`` per group (SmolLM2: K = 576, G = 128 -> 5 groups, the last one short).
+- ``npu_format_cast(w, 29)``: the W8A8 weight in FRACTAL_NZ layout (same values) at load.
+
+Float32 models: these ops take float16/bfloat16 activations only, so a float32 ``x`` is cast to
+bfloat16 at the op boundary and the result cast back to float32 (bfloat16 precision in the matmul).
 
 The op module is looked up at call time (``_npu()``), so tests substitute the emulation.
 """
@@ -21,6 +28,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
+from runtime_ext.ops.kv_npu import op_dtype
 
 FRACTAL_NZ = 29
 
@@ -39,14 +48,17 @@ def prepare_w8a8(wq: torch.Tensor, w_scale: torch.Tensor) -> tuple[torch.Tensor,
 def w8a8_matmul(
     x: torch.Tensor, wq_t: torch.Tensor, w_scale: torch.Tensor, bias: torch.Tensor | None = None
 ) -> torch.Tensor:
-    npu = _npu()
-    xq, x_scale = npu.npu_dynamic_quant(x)
-    return npu.npu_quant_matmul(xq, wq_t, w_scale, pertoken_scale=x_scale, bias=bias, output_dtype=x.dtype)
+    npu, dtype = _npu(), op_dtype(x.dtype)
+    xq, x_scale = npu.npu_dynamic_quant(x.to(dtype))
+    bias = None if bias is None else bias.to(dtype)
+    y = npu.npu_quant_matmul(xq, wq_t, w_scale, pertoken_scale=x_scale, bias=bias, output_dtype=dtype)
+    return y.to(x.dtype)
 
 
 def prepare_weight_only(q: torch.Tensor, scale: torch.Tensor, bits: int, group: int) -> dict:
     """At load: our ``[N, K]`` (8 bit) / packed ``[N, K/2]`` (4 bit) and ``scale[N, K/G]`` ->
-    the op's ``weight[K, N]`` (int4 repacked by ``npu_convert_weight_to_int4pack``) and ``scale[K/G, N]``."""
+    the op's ``weight[K, N]`` (int4 repacked by ``npu_convert_weight_to_int4pack``) and ``scale[K/G, N]``
+    (float32 here; cast once per activation dtype on first use, as the op wants x's dtype)."""
     from runtime_ext.ops.kv_ref import unpack_int4
 
     npu = _npu()
@@ -56,6 +68,15 @@ def prepare_weight_only(q: torch.Tensor, scale: torch.Tensor, bits: int, group: 
 
 
 def weight_only_matmul(x: torch.Tensor, prepared: dict, bias: torch.Tensor | None = None) -> torch.Tensor:
-    return _npu().npu_weight_quant_batchmatmul(
-        x, prepared["weight"], prepared["scale_t"].to(x.dtype), bias=bias, antiquant_group_size=prepared["group"]
+    dtype = op_dtype(x.dtype)
+    key = f"scale_t_{str(dtype).removeprefix('torch.')}"
+    if key not in prepared:
+        prepared[key] = prepared["scale_t"].to(dtype)
+    y = _npu().npu_weight_quant_batchmatmul(
+        x.to(dtype),
+        prepared["weight"],
+        prepared[key],
+        bias=None if bias is None else bias.to(dtype),
+        antiquant_group_size=prepared["group"],
     )
+    return y.to(x.dtype)

@@ -78,16 +78,26 @@ def emulated_npu(monkeypatch):
     monkeypatch.setattr(kv_npu, "_npu", lambda: npu_emulation)
 
 
-def test_npu_path_matches_the_reference_under_the_emulated_ops(emulated_npu):
-    x = kv(outliers=True)
-    q_npu, s_npu = get_op("kv_quantize_per_token", "npu")(x)
-    q_ref, s_ref = get_op("kv_quantize_per_token", "cpu")(x)
-    assert torch.equal(q_npu, q_ref) and torch.allclose(s_npu, s_ref)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_npu_path_matches_the_reference_under_the_emulated_ops(emulated_npu, dtype):
+    """As the C8 methods call them: C8-D stores float16 scales (the op's float32 scale rounded to
+    nearest: at most 0.5 + 127 * 2**-11 steps of error), reads come back in the model dtype (a float32
+    model computes the fp16/bf16-only ops in bfloat16)."""
+    x = kv(outliers=True).to(dtype)
+    q_npu, s_npu = get_op("kv_quantize_per_token", "npu")(x, torch.float16)
+    assert q_npu.dtype == torch.int8 and s_npu.dtype == torch.float16
+    exact = x.to(torch.bfloat16 if dtype == torch.float32 else dtype).float().abs().amax(dim=-1) / 127
+    err = (ref.dequantize_per_token(q_npu, s_npu, torch.float32) - x.float()).abs()
+    assert bool((err <= exact.unsqueeze(-1) * (0.5 + 127 * 2**-11) + 1e-6).all())
+    q_ref, _ = get_op("kv_quantize_per_token", "cpu")(x, torch.float16)
+    assert (q_npu.int() - q_ref.int()).abs().max() <= 1  # the reference rounds its fp16 scale up
     scale = x.float().abs().amax(dim=0) / 127
     q_static = get_op("kv_quantize_static", "npu")(x, scale)
     assert torch.equal(q_static, ref.quantize_static(x, scale))
-    deq = get_op("kv_dequantize_static", "npu")(q_static, scale, torch.float32)
-    assert torch.allclose(deq, ref.dequantize_static(q_static, scale, torch.float32))
+    deq = get_op("kv_dequantize_static", "npu")(q_static, scale, dtype)
+    assert deq.dtype == dtype
+    expect = ref.dequantize_static(q_static, scale, torch.bfloat16 if dtype == torch.float32 else dtype)
+    assert torch.equal(deq.to(expect.dtype), expect)
     with pytest.raises(ValueError):
         get_op("kv_quantize_per_token", "npu")(torch.full((2, 2, 4), float("nan"), dtype=torch.bfloat16))
 
