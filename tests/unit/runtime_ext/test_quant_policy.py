@@ -7,9 +7,8 @@ import json
 
 import pytest
 
-from runtime_ext.quant import modelslim
+from runtime_ext.quant import modelslim, sensitivity
 from runtime_ext.quant import policy as qp
-from runtime_ext.quant import sensitivity
 
 A = "model.layers.2.self_attn"
 M = "model.layers.2.mlp"
