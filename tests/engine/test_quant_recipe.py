@@ -78,6 +78,16 @@ def test_the_real_scan_keeps_fused_modules_whole(recipe):
         assert set(fused_module(name)[1]) <= set(scan["layers"]), name
 
 
+def test_calibrate_stores_the_smoothed_checkpoint_in_the_models_dtype(assets, recipe):
+    from service.startup import ModelInfo
+
+    smoothed, _, export = recipe
+    for model in (smoothed, export):  # SmolLM2 is bf16: export must quantize what bf16 serving loads
+        assert json.loads((model / "config.json").read_text())["dtype"] == "bfloat16"
+    dtypes = {dtype for _, dtype in ModelInfo.read(smoothed).tensors.values()}
+    assert dtypes == {"BF16"}, dtypes
+
+
 def test_serve_of_the_export_answers_through_the_openai_client(recipe):
     _, _, export = recipe
     server = ServerProcess(export, name="quant-recipe")
