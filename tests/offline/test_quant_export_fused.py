@@ -80,3 +80,12 @@ def test_our_modelslim_config_gives_each_fused_layer_one_method(export):
     partial = {**desc, "model.layers.1.self_attn.q_proj.weight": "FLOAT"}
     with pytest.raises(modelslim.CheckpointError, match="model.layers.1.self_attn.qkv_proj: its parts"):
         layer("model.layers.1.self_attn.qkv_proj", config_cls.from_config(partial))
+
+
+def test_the_offline_fake_quantized_model_keeps_what_serving_keeps(assets):
+    from runtime_ext.quant.policy import QuantPolicy
+    from tools.quant.offline import linear_layers, load_model, quantize_model
+
+    a = "model.layers.0.self_attn"
+    model = quantize_model(load_model(assets.qwen3_tiny), QuantPolicy("w8a8_dynamic", keep=(f"{a}.q_proj",)))
+    assert set(linear_layers(model)) == {f"{a}.q_proj", f"{a}.k_proj", f"{a}.v_proj"}  # the rest fake-quantized
