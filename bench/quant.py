@@ -2,7 +2,9 @@
 
 Pipeline (what a deployment would do): ``quant calibrate`` (SmoothQuant, α searched on the
 calibration split) writes a smoothed checkpoint; ``quant scan`` on it writes the fallback
-list. Then, for each row, an in-process ``sglang.Engine`` (bf16, torch_native attention):
+list (whole fused modules); ``quant export --sensitive-layers`` of that list writes the
+msModelSlim-layout checkpoint the "exported" row serves (``structserve_modelslim``). Then, for
+each row, an in-process ``sglang.Engine`` (bf16, torch_native attention):
 
 - linear-weight bytes as stored (int8/int4 values + scales [+ the decode copy]) over the
   same weights in bf16, counted in the scheduler (plugin report);
@@ -12,6 +14,7 @@ list. Then, for each row, an in-process ``sglang.Engine`` (bf16, torch_native at
 - decode tokens/s: a batch of 8, 64 new tokens each, ignore_eos; best of 3.
 
     .venv/bin/python bench/quant.py
+    .venv/bin/python bench/quant.py --rows bf16 "W8A8 + SQ + fallback, exported"   # some rows only
 """
 
 from __future__ import annotations
@@ -33,20 +36,21 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 WORK = Path("/tmp/structserve-bench-quant")
 
-# row: (model: "base" | "smoothed", scheme or None, policy overrides, fallback list?)
+# row: (model: "base" | "smoothed" | "exported", scheme or None ("modelslim": as described), policy, fallback list?)
 ROWS = {
     "bf16": ("base", None, {}, False),
     "W8A8": ("base", "w8a8_dynamic", {}, False),
     "W8A8 + SmoothQuant": ("smoothed", "w8a8_dynamic", {}, False),
     "W8A8 + SmoothQuant + fallback": ("smoothed", "w8a8_dynamic", {}, True),
     "W8A8 + SQ + fallback, stage-aware": ("smoothed", "w8a8_dynamic", {"stage_aware": True}, True),
+    "W8A8 + SQ + fallback, exported": ("exported", "modelslim", {}, False),
     "W8A16 g128": ("base", "w8a16", {}, False),
     "W4A16 g128": ("base", "w4a16", {}, False),
 }
 
 
 def prepare(base: Path) -> tuple[Path, list[str]]:
-    """The smoothed checkpoint and its fallback list (cached in WORK)."""
+    """The smoothed checkpoint and its fallback list, and the export with that list (cached in WORK)."""
     from typer.testing import CliRunner
 
     from runtime_ext.quant.sensitivity import load_sensitive_layers
@@ -59,6 +63,10 @@ def prepare(base: Path) -> tuple[Path, list[str]]:
         print(result.output)
     if not scan.is_file():
         result = CliRunner().invoke(app, ["quant", "scan", "--model", str(smoothed), "--out", str(scan)])
+        assert result.exit_code == 0, result.output
+    if not (WORK / "exported" / "config.json").is_file():
+        args = ["--model", str(smoothed), "--scheme", "w8a8_dynamic", "--sensitive-layers", str(scan)]
+        result = CliRunner().invoke(app, ["quant", "export", *args, "--out", str(WORK / "exported")])
         assert result.exit_code == 0, result.output
     return smoothed, load_sensitive_layers(scan)
 
@@ -74,7 +82,15 @@ def run_row(model: Path, scheme: str | None, policy: dict, windows: list[list[in
     import sglang
 
     quant = QuantPolicy.from_json(
-        json.dumps({"scheme": scheme or "w8a8_dynamic", "group_size": 128, "stage_aware": False, "keep": [], **policy})
+        json.dumps(
+            {
+                "scheme": scheme if scheme not in (None, "modelslim") else "w8a8_dynamic",
+                "group_size": 128,
+                "stage_aware": False,
+                "keep": [],
+                **policy,
+            }
+        )
     )
     replace(RuntimeExtConfig.from_env(), quant_policy=quant).export()
     options = EngineOptions(
@@ -123,6 +139,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--windows", type=int, default=8)
     parser.add_argument("--window", type=int, default=512)
+    parser.add_argument("--rows", nargs="+", choices=list(ROWS), default=list(ROWS), help="rows to run (bf16 always)")
     args = parser.parse_args()
     from assets import fetch
 
@@ -130,9 +147,12 @@ def main() -> None:
     smoothed, fallback = prepare(base)
     windows = held_out(base, args.windows, args.window)
     results = {}
+    models = {"base": base, "smoothed": smoothed, "exported": WORK / "exported"}
     for name, (which, scheme, policy, use_fallback) in ROWS.items():
+        if name != "bf16" and name not in args.rows:
+            continue
         policy = {**policy, "keep": fallback} if use_fallback else policy
-        results[name] = run_row(smoothed if which == "smoothed" else base, scheme, policy, windows)
+        results[name] = run_row(models[which], scheme, policy, windows)
     print_table(base, args, results, len(fallback))
 
 

@@ -4,11 +4,11 @@
 passes it to ``from_config``). Each linear module gets the scheme of its description entry
 (the parts of a fused module must agree): its int8 weight and float32 scale/offset are
 loaded as they are, then prepared exactly like online quantization (``process_weights_after_loading``
-of ``StructserveLinearMethod``), so export -> load equals quantizing at load. ``FLOAT`` layers load
-in high precision. Who serves a modelslim checkpoint is ``targets.serving_method``: ours off-NPU
-(SGLang's own modelslim method needs NPU ops) and on an NPU wherever SGLang has no scheme for a
-described type (W8A16, W4A16) or stage-aware decode is asked for; SGLang's ``modelslim`` otherwise.
-``quantization=structserve_modelslim`` always gets ours.
+of ``StructserveLinearMethod``; the stage-aware decode copy in the model's dtype), so export -> load
+equals quantizing at load. ``FLOAT`` layers load in high precision. Who serves a modelslim checkpoint
+is ``targets.serving_method``: ours off-NPU (SGLang's own modelslim method needs NPU ops) and on an
+NPU wherever SGLang has no scheme for a described type (W8A16, W4A16) or stage-aware decode is asked
+for; SGLang's ``modelslim`` otherwise. ``quantization=structserve_modelslim`` always gets ours.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from sglang.srt.layers.linear import LinearBase
 from sglang.srt.utils import set_weight_attrs
 
 from runtime_ext.config import RuntimeExtConfig
-from runtime_ext.ops import get_op
+from runtime_ext.ops import get_op, quant_ref
 from runtime_ext.ops.kv_ref import pack_int4
 from runtime_ext.quant import modelslim, targets
 from runtime_ext.quant.policy import QuantPolicy, shards
@@ -50,6 +50,7 @@ class CheckpointLinearMethod(StructserveLinearMethod):
         **extra_weight_attrs,
     ) -> None:
         n, k = sum(output_partition_sizes), input_size_per_partition
+        layer.compute_dtype = params_dtype  # the model's dtype: the stage-aware decode copy is made in it
         cols = 1 if self.policy.scheme == "w8a8_dynamic" else -(-k // self.policy.group_size)
         weight = torch.nn.Parameter(torch.empty(n, k, dtype=torch.int8), requires_grad=False)
         layer.register_parameter("weight", weight)
@@ -72,7 +73,7 @@ class CheckpointLinearMethod(StructserveLinearMethod):
         if self.policy.scheme == "w8a8_dynamic":
             layer.wq_t, layer.w_scale = get_op("w8a8_prepare", device)(q, scale[:, 0])
             if self.policy.stage_aware:
-                layer.decode_weight = (q.float() * scale).to(torch.bfloat16)
+                layer.decode_weight = quant_ref.dequantize_weight_per_channel(q, scale[:, 0], layer.compute_dtype)
         else:
             stored = pack_int4(q) if self.policy.bits == 4 else q
             layer.prepared = get_op("weight_only_prepare", device)(

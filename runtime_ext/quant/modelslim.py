@@ -21,6 +21,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from runtime_ext.quant.policy import fused_module
+
 DESCRIPTION = "quant_model_description.json"
 TYPES = {"w8a8_dynamic": "W8A8_DYNAMIC", "w8a16": "W8A16", "w4a16": "W4A16"}
 SCHEMES = {v: k for k, v in TYPES.items()}
@@ -80,13 +82,16 @@ def layer_types(desc: dict) -> dict[str, str]:
 
 def check_tensors(desc: dict, shapes: dict[str, tuple[list[int], str]], group_sizes: tuple[int, ...]) -> None:
     """Every quantized layer has its tensors with the right dtypes and shapes (``shapes``:
-    name -> (shape, safetensors dtype)); every described tensor exists."""
+    name -> (shape, safetensors dtype)); every described tensor exists; the shards of a fused
+    module have one type."""
     group = int(desc.get("group_size", 0) or 0)
-    for layer, scheme in layer_types(desc).items():
+    types = layer_types(desc)
+    for layer, scheme in types.items():
         if layer + ".weight" not in shapes:
             raise CheckpointError(f"layer {layer} is described but {layer}.weight is not in the checkpoint")
         if scheme != FLOAT:
             _check_layer(layer, scheme, group, shapes, group_sizes)
+    check_fused(types)
 
 
 def _check_layer(layer: str, scheme: str, group: int, shapes: dict, group_sizes: tuple[int, ...]) -> None:
@@ -102,3 +107,16 @@ def _check_layer(layer: str, scheme: str, group: int, shapes: dict, group_sizes:
     for side in SIDE_TENSORS:
         if list(shapes[f"{layer}.{side}"][0]) != want:
             raise CheckpointError(f"layer {layer}: {side} has shape {shapes[f'{layer}.{side}'][0]}, expected {want}")
+
+
+def check_fused(types: dict[str, str]) -> None:
+    """Every shard of a fused module (qkv, gate_up: SGLang loads it as one layer with one scheme)
+    has the same type (``types``: ``layer_types``)."""
+    for layer in types:
+        module, parts = fused_module(layer)
+        found = {part: types.get(part, "missing") for part in parts}
+        if len(set(found.values())) != 1:
+            raise CheckpointError(
+                f"fused module {module}: its parts must have one type, found {found}; re-export with "
+                "`structserve quant export` (it keeps every shard of a fused module one of whose shards is kept)"
+            )

@@ -11,8 +11,14 @@ Per linear layer, ``structserve quant scan`` measures on calibration text:
 may flag nothing on a small one, so the ``kl_top`` share of layers with the highest KL is
 kept as well (default 5 %, at least one layer; 0 turns this off).
 
+A fused module (qkv, gate_up) has one scheme, so the fallback list is the flagged layers closed
+over fused modules (``policy.keep_reasons``): flagging ``q_proj`` keeps ``k_proj`` and ``v_proj``.
+
 File (JSON, ``format: structserve-sensitive-layers/1``): model, scheme, ``layers`` (the
-fallback list, checkpoint names), ``scores`` per layer, the thresholds used.
+fallback list, checkpoint names, every shard of a kept fused module), ``reasons`` (layer ->
+why it is kept: the rules that flagged it, or the flagged shard of its fused module), ``scores``
+per layer, the thresholds used. Files written before ``reasons`` existed list only the flagged
+layers; loading closes them.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+
+from runtime_ext.quant.policy import fused_closure, keep_reasons
 
 FORMAT = "structserve-sensitive-layers/1"
 
@@ -35,7 +43,7 @@ def load_sensitive_layers(path: Path) -> list[str]:
         raise SensitiveLayersError(f"cannot read sensitive-layers file {path}: {exc}") from exc
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("layers"), list):
         raise SensitiveLayersError(f"{path} is not a {FORMAT} file; write one with `structserve quant scan`")
-    return [str(name) for name in data["layers"]]
+    return list(fused_closure(str(name) for name in data["layers"]))
 
 
 def dispersion(sorted_values: list[float]) -> float:
@@ -56,21 +64,34 @@ def select(
     kl_max: float = 0.05,
     energy_max: float = 0.42,
     kl_top: float = 0.05,
-) -> list[str]:
-    """The layers to keep in high precision (sorted by KL, highest first)."""
+) -> dict[str, str]:
+    """The layers the rules flag (highest KL first), each with the rules it meets."""
     ranked = sorted(scores, key=lambda name: scores[name]["kl"], reverse=True)
     top = set(ranked[: max(1, math.ceil(len(ranked) * kl_top))]) if ranked and kl_top > 0 else set()
-    return [
-        name
-        for name in ranked
-        if name in top
-        or scores[name]["dispersion"] >= r_max
-        or scores[name]["kl"] >= kl_max
-        or scores[name]["energy"] > energy_max
-    ]
+    flagged = {}
+    for name in ranked:
+        s = scores[name]
+        rules = [
+            f"KL {s['kl']:.1e} in the top {kl_top:.0%}" if name in top else "",
+            f"KL {s['kl']:.1e} ≥ {kl_max:g}" if s["kl"] >= kl_max else "",
+            f"R {s['dispersion']:.1f} ≥ {r_max:g}" if s["dispersion"] >= r_max else "",
+            f"energy {s['energy']:.3f} > {energy_max:g}" if s["energy"] > energy_max else "",
+        ]
+        if any(rules):
+            flagged[name] = ", ".join(rule for rule in rules if rule)
+    return flagged
 
 
-def write(path: Path, model: str, scheme: str, scores: dict, layers: list[str], thresholds: dict) -> None:
+def fallback(scores: dict[str, dict[str, float]], thresholds: dict[str, float]) -> dict[str, str]:
+    """The fallback list: every layer kept in high precision (flagged, closed over fused
+    modules) -> why (``policy.keep_reasons``)."""
+    return keep_reasons(select(scores, **thresholds))
+
+
+def write(path: Path, model: str, scheme: str, scores: dict, reasons: dict[str, str], thresholds: dict) -> None:
+    """``reasons``: the fallback, layer -> why it is kept (``fallback``), closed over fused modules."""
+    if list(reasons) != list(fused_closure(reasons)):
+        raise SensitiveLayersError("the fallback list must hold every shard of a kept fused module (use fallback())")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(
         json.dumps(
@@ -78,7 +99,8 @@ def write(path: Path, model: str, scheme: str, scores: dict, layers: list[str], 
                 "format": FORMAT,
                 "model": model,
                 "scheme": scheme,
-                "layers": layers,
+                "layers": list(reasons),
+                "reasons": reasons,
                 "thresholds": thresholds,
                 "scores": scores,
             },
@@ -87,13 +109,10 @@ def write(path: Path, model: str, scheme: str, scores: dict, layers: list[str], 
     )
 
 
-def markdown(scores: dict[str, dict[str, float]], layers: list[str]) -> str:
-    """A table of every layer's scores, the kept ones marked, highest KL first."""
-    rows = ["| layer | KL | dispersion R | energy σ₁/Σσ | kept |", "|---|---:|---:|---:|:---:|"]
+def markdown(scores: dict[str, dict[str, float]], reasons: dict[str, str]) -> str:
+    """A table of every layer's scores and why it is kept (empty: quantized), highest KL first."""
+    rows = ["| layer | KL | dispersion R | energy σ₁/Σσ | kept because |", "|---|---:|---:|---:|---|"]
     for name in sorted(scores, key=lambda n: scores[n]["kl"], reverse=True):
         s = scores[name]
-        rows.append(
-            f"| {name} | {s['kl']:.2e} | {s['dispersion']:.1f} | {s['energy']:.4f} | "
-            f"{'yes' if name in layers else ''} |"
-        )
+        rows.append(f"| {name} | {s['kl']:.2e} | {s['dispersion']:.1f} | {s['energy']:.4f} | {reasons.get(name, '')} |")
     return "\n".join(rows) + "\n"

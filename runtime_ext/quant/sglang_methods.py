@@ -11,8 +11,9 @@ Only linear layers (q/k/v/o, gate/up/down) are quantized; embeddings and lm_head
 (SGLang keeps them unquantized) and norms never ask. A fused module (qkv, gate_up) has one scheme.
 
 Stage-aware W8A8 (``stage_aware: true``): prefill (extend) runs the INT8 matmul; decode reads a
-dequantized copy made once at load. The phase comes from an AROUND hook on
-``ModelRunner._forward_raw`` that records the batch's forward mode.
+dequantized copy made once at load, in the model's dtype (``params_dtype`` of ``create_weights``).
+The phase comes from an AROUND hook on ``ModelRunner._forward_raw`` that records the batch's
+forward mode.
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ class StructserveLinearMethod(LinearMethodBase):
             params_dtype,
             **extra_weight_attrs,
         )
+        layer.compute_dtype = params_dtype  # the model's dtype: the stage-aware decode copy is made in it
 
     def process_weights_after_loading(self, layer) -> None:
         try:
@@ -96,9 +98,8 @@ class StructserveLinearMethod(LinearMethodBase):
         from runtime_ext.ops import quant_ref
 
         w = layer.weight.data
-        device, dtype = w.device.type, w.dtype
+        device, dtype = w.device.type, layer.compute_dtype
         before = w.numel() * w.element_size()
-        layer.compute_dtype = dtype
         if self.policy.scheme == "w8a8_dynamic":
             q, scale = quant_ref.quantize_weight_per_channel(w)
             layer.wq_t, layer.w_scale = get_op("w8a8_prepare", device)(q, scale)

@@ -32,14 +32,20 @@ def test_none_passes_nothing(assets):
 
 def test_the_policy_reaches_the_scheduler_env(assets, tmp_path):
     scan = tmp_path / "s.json"
-    write(scan, "smollm2", "w8a8_dynamic", {}, ["model.layers.3.mlp.up_proj"], {})
+    write(scan, "smollm2", "w8a8_dynamic", {}, {"model.layers.3.mlp.down_proj": "KL"}, {})
     settings = Settings(
         quantization="w8a8_dynamic",
         quant={"stage_aware": True, "sensitive_layers": scan, "ignore": ["model.layers.0.self_attn.q_proj"]},
     )
     assert quant_setup(settings, assets.smollm2) == "structserve_w8a8_dynamic"
     assert RuntimeExtConfig.from_env().quant_policy == QuantPolicy(
-        "w8a8_dynamic", 128, True, ("model.layers.0.self_attn.q_proj", "model.layers.3.mlp.up_proj")
+        "w8a8_dynamic", 128, True, ("model.layers.0.self_attn.q_proj", "model.layers.3.mlp.down_proj")
+    )
+    assert RuntimeExtConfig.from_env().quant_policy.keep == (  # the closure over fused modules, in the env
+        "model.layers.0.self_attn.q_proj",
+        "model.layers.0.self_attn.k_proj",
+        "model.layers.0.self_attn.v_proj",
+        "model.layers.3.mlp.down_proj",
     )
 
 

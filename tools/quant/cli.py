@@ -58,7 +58,8 @@ def scan_cmd(
     tokens: Annotated[int, typer.Option(help="calibration tokens for the KL")] = 512,
     kl_top: Annotated[float, typer.Option(help="also keep this share of layers with the highest KL")] = 0.05,
 ) -> None:
-    """Per linear layer: dispersion R, KL with only that layer quantized, energy σ₁/Σσ; writes the fallback list."""
+    """Per linear layer: dispersion R, KL with only that layer quantized, energy σ₁/Σσ; writes the fallback
+    list (every shard of a fused module one of whose shards is flagged, with the reason)."""
     from tqdm import tqdm
 
     from runtime_ext.quant import sensitivity
@@ -68,11 +69,15 @@ def scan_cmd(
     model_dir, source = _inputs(model, text)
     scores = scan(model_dir, source, QuantPolicy(scheme), tokens=tokens, progress=lambda it: tqdm(it, desc="layers"))
     thresholds = {**sensitivity.THRESHOLDS, "kl_top": kl_top}
-    layers = sensitivity.select(scores, **thresholds)
-    sensitivity.write(out, model_dir.name, scheme, scores, layers, thresholds)
-    out.with_suffix(".md").write_text(sensitivity.markdown(scores, layers))
-    _plot(scores, layers, out.with_suffix(".png"), f"{model_dir.name} {scheme}: KL per linear layer")
-    typer.echo(f"{len(layers)} of {len(scores)} layers kept in high precision -> {out}")
+    reasons = sensitivity.fallback(scores, thresholds)
+    sensitivity.write(out, model_dir.name, scheme, scores, reasons, thresholds)
+    out.with_suffix(".md").write_text(sensitivity.markdown(scores, reasons))
+    _plot(scores, list(reasons), out.with_suffix(".png"), f"{model_dir.name} {scheme}: KL per linear layer")
+    flagged = len(sensitivity.select(scores, **thresholds))
+    typer.echo(
+        f"{len(reasons)} of {len(scores)} layers kept in high precision ({flagged} flagged, "
+        f"the rest share a fused module with a flagged one) -> {out}"
+    )
 
 
 @quant_app.command("export")

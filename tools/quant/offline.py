@@ -60,7 +60,8 @@ def _set(model: Any, name: str, module: torch.nn.Module) -> None:
 
 
 def quantize_model(model: Any, policy: QuantPolicy) -> Any:
-    """Replace every linear layer not in ``policy.keep`` by its fake-quantized version (in place)."""
+    """Replace every linear layer not in ``policy.keep`` by its fake-quantized version (in place).
+    ``keep`` is closed over fused modules (``QuantPolicy``), so this keeps what serving keeps."""
     for name, linear in linear_layers(model).items():
         if name not in policy.keep:
             _set(model, name, FakeQuantLinear(linear, policy))

@@ -17,6 +17,7 @@ with the serving math) and keeps the best (AWQ-style search); it writes a smooth
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -88,6 +89,13 @@ def _smooth_o_proj(attn: Any, x_max: torch.Tensor, alpha: float) -> None:
     attn.o_proj.weight.mul_(expanded.to(attn.o_proj.weight.dtype))
 
 
+def stored_dtype(model_dir: Path) -> torch.dtype:
+    """The dtype ``config.json`` gives the checkpoint (``dtype``, or ``torch_dtype`` before transformers 5).
+    Not the loaded model's config: loading in float32 rewrites it."""
+    config = json.loads((Path(model_dir) / "config.json").read_text())
+    return getattr(torch, str(config.get("dtype") or config.get("torch_dtype") or "float32").replace("torch.", ""))
+
+
 def calibrate(
     model_dir: Path,
     text: str,
@@ -108,8 +116,7 @@ def calibrate(
     best = min(alphas, key=lambda a: results[a])
     model = load_model(model_dir)  # fold in float32, store in the checkpoint's own dtype
     smooth_(model, stats, best)
-    dtype = getattr(torch, str(getattr(model.config, "torch_dtype", None) or "float32").replace("torch.", ""))
-    model.to(dtype).save_pretrained(str(out_dir))
+    model.to(stored_dtype(model_dir)).save_pretrained(str(out_dir))
     for path in Path(model_dir).iterdir():  # tokenizer and chat template travel with the checkpoint
         if (
             path.is_file()

@@ -126,11 +126,11 @@ def test_sensitivity_rules_and_file(tmp_path):
         "c": {"kl": 0.06, "dispersion": 5, "energy": 0.1},
         "d": {"kl": 0.0001, "dispersion": 5, "energy": 0.5},
     }
-    assert sensitivity.select(scores, kl_top=0) == ["c", "b", "d"]
-    assert sensitivity.select({k: v for k, v in scores.items() if k == "a"}) == ["a"]  # top-KL floor
+    assert list(sensitivity.select(scores, kl_top=0)) == ["c", "b", "d"]
+    assert list(sensitivity.select({k: v for k, v in scores.items() if k == "a"})) == ["a"]  # top-KL floor
     assert sensitivity.dispersion([0.0, 1.0, 2.0, 3.0, 100.0]) == pytest.approx(100 / 2)
     path = tmp_path / "s.json"
-    sensitivity.write(path, "m", "w8a8_dynamic", scores, ["c"], sensitivity.THRESHOLDS)
+    sensitivity.write(path, "m", "w8a8_dynamic", scores, {"c": "KL"}, sensitivity.THRESHOLDS)
     assert sensitivity.load_sensitive_layers(path) == ["c"]
     path.write_text("{}")
     with pytest.raises(sensitivity.SensitiveLayersError, match="quant scan"):
