@@ -31,8 +31,14 @@ def _read(model_dir: Path) -> dict[str, torch.Tensor]:
     return tensors
 
 
-def quantized_tensors(layer: str, weight: torch.Tensor, policy: QuantPolicy) -> dict[str, torch.Tensor]:
-    if policy.scheme == "w8a8_dynamic":
+def quantized_tensors(
+    layer: str, weight: torch.Tensor, policy: QuantPolicy, given: tuple[torch.Tensor, torch.Tensor] | None = None
+) -> dict[str, torch.Tensor]:
+    """The layer's stored tensors: RTN of ``weight``, or ``given`` (int8 values, scales) from a
+    calibration such as GPTQ (``tools/quant/gptq.py``), written as they are."""
+    if given is not None:
+        q, scale = given
+    elif policy.scheme == "w8a8_dynamic":
         q, scale = quant_ref.quantize_weight_per_channel(weight)
         scale = scale.unsqueeze(1)
     else:
@@ -50,14 +56,21 @@ def export(
     out_dir: Path,
     policy: QuantPolicy,
     progress: Callable[[Iterable[Any]], Iterable[Any]] = lambda it: it,
+    precomputed: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None,
 ) -> dict:
+    """``precomputed``: layer -> (int8 values ``[N, K]``, float32 scales) already quantized
+    (GPTQ); it must cover every layer the policy quantizes."""
     from safetensors.torch import save_file
 
     tensors = _read(model_dir)
     layers = sorted(linear_layer_names(list(tensors)) - set(policy.keep))
+    missing = [layer for layer in layers if precomputed is not None and layer not in precomputed]
+    if missing:
+        raise modelslim.CheckpointError(f"no precomputed quantized weights for {missing[:3]} ({len(missing)} layers)")
     out: dict[str, torch.Tensor] = {n: t for n, t in tensors.items() if n.rpartition(".")[0] not in layers}
     for layer in progress(layers):
-        out.update(quantized_tensors(layer, tensors[f"{layer}.weight"], policy))
+        given = precomputed[layer] if precomputed is not None else None
+        out.update(quantized_tensors(layer, tensors[f"{layer}.weight"], policy, given))
     out_dir.mkdir(parents=True, exist_ok=True)
     save_file(out, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
     desc = modelslim.describe(
