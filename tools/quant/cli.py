@@ -34,7 +34,7 @@ def calibrate_cmd(
     scheme: Annotated[str, typer.Option(help="AWQ/GPTQ: w4a16 | w8a16")] = "w4a16",
     group_size: Annotated[int, typer.Option(help="AWQ/GPTQ group size")] = 128,
     act_order: Annotated[bool, typer.Option(help="GPTQ: columns by decreasing Hessian diagonal")] = False,
-    clip: Annotated[bool, typer.Option(help="AWQ: search a clipping range per group")] = True,
+    clip: Annotated[bool, typer.Option(help="AWQ/GPTQ: search a clipping range (scale) per group")] = True,
     sensitive_layers: Annotated[Optional[Path], typer.Option(help="GPTQ: keep these layers in bf16")] = None,
 ) -> None:
     """SmoothQuant (α search on W8A8 calibration perplexity; writes the smoothed checkpoint), AWQ
@@ -47,7 +47,9 @@ def calibrate_cmd(
         from runtime_ext.quant.policy import QuantPolicy
         from runtime_ext.quant.sensitivity import load_sensitive_layers
 
-        keep = tuple(load_sensitive_layers(sensitive_layers)) if sensitive_layers else ()
+        from tools.quant.layers import close_over_shared_inputs
+
+        keep = close_over_shared_inputs(tuple(load_sensitive_layers(sensitive_layers))) if sensitive_layers else ()
         policy = QuantPolicy(scheme, group_size, keep=keep)  # type: ignore[arg-type]
         run = _awq if method == "awq" else _gptq
         run(model_dir, source, out, policy, tokens or 4096, act_order=act_order, clip=clip)
@@ -91,20 +93,21 @@ def _awq(model_dir: Path, source: str, out: Path, policy, tokens: int, *, clip: 
     )
 
 
-def _gptq(model_dir: Path, source: str, out: Path, policy, tokens: int, *, act_order: bool, **_: object) -> None:
+def _gptq(model_dir: Path, source: str, out: Path, policy, tokens: int, *, act_order: bool, clip: bool) -> None:
     import time
 
     from tqdm import tqdm
 
     from tools.quant.export import export
-    from tools.quant.gptq import calibrate
+    from tools.quant.gptq import Options, calibrate
 
     start = time.perf_counter()
     progress = lambda it: tqdm(it, desc="GPTQ", unit="layer")  # noqa: E731
-    quantized = calibrate(model_dir, source, policy, tokens=tokens, act_order=act_order, progress=progress)
+    options = Options(act_order=act_order, mse=clip)
+    quantized = calibrate(model_dir, source, policy, tokens=tokens, options=options, progress=progress)
     result = export(model_dir, out, policy, precomputed=quantized)
     typer.echo(
-        f"GPTQ ({policy.scheme} g{policy.group_size}, {tokens} tokens, act-order {act_order}): "
+        f"GPTQ ({policy.scheme} g{policy.group_size}, {tokens} tokens, act-order {act_order}, clip {clip}): "
         f"{result['quantized']} layers quantized, {result['kept']} kept, {time.perf_counter() - start:.0f} s -> {out}"
     )
 

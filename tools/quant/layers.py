@@ -22,6 +22,18 @@ SEQUENTIAL = (
 )
 
 
+def close_over_shared_inputs(keep: tuple[str, ...]) -> tuple[str, ...]:
+    """Kept layers plus the layers sharing their input (a fused module has one scheme)."""
+    out = set(keep)
+    for name in keep:
+        prefix, _, last = name.rpartition(".")
+        head, _, sub = prefix.rpartition(".")
+        for names in SEQUENTIAL:
+            if f"{sub}.{last}" in names:
+                out.update(f"{head}.{n}" for n in names)
+    return tuple(sorted(out))
+
+
 class _Stop(Exception):
     pass
 

@@ -41,10 +41,10 @@ def assert_beats_rtn(quantizer, x: torch.Tensor, w: torch.Tensor, **kw) -> None:
     assert err < 0.8 * base, f"output MSE {err:.5f} vs RTN {base:.5f}: not below 0.8× RTN"
 
 
-@pytest.mark.parametrize("act_order", [False, True])
-def test_gptq_reduces_output_error_vs_rtn(act_order):
+@pytest.mark.parametrize("act_order, mse", [(False, False), (True, False), (True, True)])
+def test_gptq_reduces_output_error_vs_rtn(act_order, mse):
     w = torch.randn(N, K, generator=torch.Generator().manual_seed(1))
-    assert_beats_rtn(gptq.gptq, inputs(K), w, act_order=act_order)
+    assert_beats_rtn(gptq.gptq, inputs(K), w, act_order=act_order, mse=mse)
 
 
 def test_the_assertion_fails_for_rtn_itself():
