@@ -25,7 +25,7 @@ from tools.cli import app
 
 CALIB_TOKENS = "512"
 WINDOW = 256
-ROUND_TRIP_TOL = 2e-3  # max |Δ logprob|, engine (torch_native attention) vs HF (sdpa), float32
+ROUND_TRIP_TOL = 1e-4  # max |Δ logprob|, engine (torch_native attention) vs HF (sdpa), float32; seen 1.8e-5
 
 
 def cli(*args: object) -> None:
