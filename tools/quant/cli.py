@@ -46,7 +46,6 @@ def calibrate_cmd(
     elif method in ("awq", "gptq"):
         from runtime_ext.quant.policy import QuantPolicy
         from runtime_ext.quant.sensitivity import load_sensitive_layers
-
         from tools.quant.layers import close_over_shared_inputs
 
         keep = close_over_shared_inputs(tuple(load_sensitive_layers(sensitive_layers))) if sensitive_layers else ()
