@@ -81,10 +81,10 @@ def run_row(model: Path, scheme: str | None, policy: dict, windows: list[list[in
     prepare_process_env("cpu")
     import sglang
 
-    quant = QuantPolicy.from_json(
+    quant = QuantPolicy.from_json(  # (a modelslim checkpoint describes itself: any valid scheme)
         json.dumps(
             {
-                "scheme": scheme if scheme not in (None, "modelslim") else "w8a8_dynamic",
+                "scheme": scheme if scheme in ("w8a16", "w4a16", "w8a8_dynamic") else "w8a8_dynamic",
                 "group_size": 128,
                 "stage_aware": False,
                 "keep": [],
@@ -140,20 +140,29 @@ def main() -> None:
     parser.add_argument("--windows", type=int, default=8)
     parser.add_argument("--window", type=int, default=512)
     parser.add_argument("--rows", nargs="+", choices=list(ROWS), default=list(ROWS), help="rows to run (bf16 always)")
+    parser.add_argument("--only-w4", action="store_true", help="bf16 and the W4A16 calibration rows only")
+    parser.add_argument("--calib-tokens", type=int, default=8192, help="AWQ/GPTQ calibration tokens")
     args = parser.parse_args()
     from assets import fetch
 
     base = fetch(["smollm2", "austen"]).smollm2
-    smoothed, fallback = prepare(base)
     windows = held_out(base, args.windows, args.window)
-    results = {}
-    models = {"base": base, "smoothed": smoothed, "exported": WORK / "exported"}
-    for name, (which, scheme, policy, use_fallback) in ROWS.items():
-        if name != "bf16" and name not in args.rows:
-            continue
-        policy = {**policy, "keep": fallback} if use_fallback else policy
-        results[name] = run_row(models[which], scheme, policy, windows)
+    results, fallback = {}, []
+    if not args.only_w4:
+        smoothed, fallback = prepare(base)
+        models = {"base": base, "smoothed": smoothed, "exported": WORK / "exported"}
+        for name, (which, scheme, policy, use_fallback) in ROWS.items():
+            if name != "bf16" and name not in args.rows:
+                continue
+            policy = {**policy, "keep": fallback} if use_fallback else policy
+            results[name] = run_row(models[which], scheme, policy, windows)
+    else:
+        results["bf16"] = run_row(base, None, {}, windows)
+    w4 = prepare_w4(base, args.calib_tokens)
+    for name, (model, scheme, keep, _) in w4.items():
+        results[name] = run_row(model, scheme, {"keep": keep}, windows)
     print_table(base, args, results, len(fallback))
+    print_w4_table(results, w4, args.calib_tokens)
 
 
 def print_table(model: Path, args: argparse.Namespace, results: dict, kept: int) -> None:
@@ -188,6 +197,74 @@ def print_table(model: Path, args: argparse.Namespace, results: dict, kept: int)
             f"{r['decode']:.1f}",
             f"{r['decode'] / ref['decode']:.2f}×",
         )
+    Console(width=200).print(table)
+
+
+# W4A16 g128 (issue 17): round-to-nearest, AWQ, GPTQ (tools/quant/{awq,gptq}.py), each
+# calibrated on the Austen split; the fallback keeps the layers of a W4A16 scan in bf16.
+# name -> (calibrate options, start from the AWQ checkpoint?, served online (RTN) or as the GPTQ export)
+W4_RECIPES = {
+    "W4A16 g128 RTN": (None, False),
+    "W4A16 g128 AWQ": (("--method", "awq"), False),
+    "W4A16 g128 GPTQ": (("--method", "gptq", "--no-clip"), False),
+    "W4A16 g128 GPTQ + act-order": (("--method", "gptq", "--act-order", "--no-clip"), False),
+    "W4A16 g128 GPTQ + act-order + clip": (("--method", "gptq", "--act-order"), False),
+    "W4A16 g128 AWQ → GPTQ + act-order + clip": (("--method", "gptq", "--act-order"), True),
+    "W4A16 g128 AWQ → GPTQ + act-order + clip + fallback": (("--method", "gptq", "--act-order"), True),
+}
+
+
+def prepare_w4(base: Path, tokens: int) -> dict[str, tuple[Path, str, list[str], float]]:
+    """Per W4 row: (checkpoint, engine scheme, kept layers, calibration seconds); cached in WORK/w4."""
+    from typer.testing import CliRunner
+
+    from runtime_ext.quant.sensitivity import load_sensitive_layers
+    from tools.cli import app
+
+    def invoke(*cmd: object) -> float:
+        start = time.perf_counter()
+        result = CliRunner().invoke(app, [str(c) for c in cmd])
+        assert result.exit_code == 0, result.output
+        print(result.output.splitlines()[-1])
+        return time.perf_counter() - start
+
+    def calibrate(name: str, model: Path, options: tuple, *extra: object) -> tuple[Path, float]:
+        out = WORK / "w4" / name
+        if not (out / "seconds").is_file():
+            seconds = invoke("quant", "calibrate", "--model", model, "--out", out, "--tokens", tokens, *options, *extra)
+            (out / "seconds").write_text(f"{seconds:.1f}")
+        return out, float((out / "seconds").read_text())
+
+    scan = WORK / "w4" / "sensitive_layers_w4a16.json"
+    if not scan.is_file():
+        invoke("quant", "scan", "--model", base, "--scheme", "w4a16", "--out", scan)
+    awq, awq_s = calibrate("awq", base, ("--method", "awq"))
+    rows = {}
+    for i, (name, (options, on_awq)) in enumerate(W4_RECIPES.items()):
+        if options is None:
+            rows[name] = (base, "w4a16", [], 0.0)
+        elif options[1] == "awq":
+            rows[name] = (awq, "w4a16", [], awq_s)
+        else:
+            extra = ("--sensitive-layers", scan) if name.endswith("fallback") else ()
+            out, seconds = calibrate(f"row{i}", awq if on_awq else base, options, *extra)
+            rows[name] = (out, "modelslim", [], seconds + (awq_s if on_awq else 0.0))
+    print(f"W4A16 fallback list: {len(load_sensitive_layers(scan))} layers")
+    return rows
+
+
+def print_w4_table(results: dict, w4: dict, tokens: int) -> None:
+    ppl0 = math.exp(-sum(results["bf16"]["logprobs"]) / len(results["bf16"]["logprobs"]))
+    table = Table(title=f"W4A16 g128 calibration ({tokens} calibration tokens; held-out perplexity via the engine)")
+    for col in ("weights", "stored as", "linear bytes vs bf16", "perplexity", "Δ ppl", "calibration s"):
+        table.add_column(col, justify="right")
+    for name, (model, scheme, _, seconds) in w4.items():
+        r = results[name]
+        ppl = math.exp(-sum(r["logprobs"]) / len(r["logprobs"]))
+        stats = r["stats"]
+        ratio = stats["weight_bytes"] / stats["weight_bytes_unquantized"] if stats["weight_bytes_unquantized"] else 1
+        stored = "export" if scheme == "modelslim" else "online RTN"
+        table.add_row(name, stored, f"{ratio:.3f}×", f"{ppl:.3f}", f"{(ppl / ppl0 - 1) * 100:+.2f}%", f"{seconds:.0f}")
     Console(width=200).print(table)
 
 

@@ -26,19 +26,42 @@ def _inputs(model: Optional[Path], text: Optional[Path]) -> tuple[Path, str]:
 
 @quant_app.command("calibrate")
 def calibrate_cmd(
-    out: Annotated[Path, typer.Option("--out", help="directory for the smoothed checkpoint")],
+    out: Annotated[Path, typer.Option("--out", help="directory for the calibrated checkpoint")],
     model: ModelOpt = None,
     text: TextOpt = None,
-    tokens: Annotated[int, typer.Option(help="calibration tokens")] = 1024,
+    method: Annotated[str, typer.Option(help="smoothquant (W8A8) | awq | gptq (weight-only)")] = "smoothquant",
+    tokens: Annotated[Optional[int], typer.Option(help="calibration tokens (default 1024; AWQ/GPTQ 4096)")] = None,
+    scheme: Annotated[str, typer.Option(help="AWQ/GPTQ: w4a16 | w8a16")] = "w4a16",
+    group_size: Annotated[int, typer.Option(help="AWQ/GPTQ group size")] = 128,
+    act_order: Annotated[bool, typer.Option(help="GPTQ: columns by decreasing Hessian diagonal")] = False,
+    clip: Annotated[bool, typer.Option(help="AWQ/GPTQ: search a clipping range (scale) per group")] = True,
+    sensitive_layers: Annotated[Optional[Path], typer.Option(help="GPTQ: keep these layers in bf16")] = None,
 ) -> None:
-    """SmoothQuant: α grid search on W8A8 calibration perplexity; writes the smoothed checkpoint."""
+    """SmoothQuant (α search on W8A8 calibration perplexity; writes the smoothed checkpoint), AWQ
+    (writes the scaled checkpoint that w4a16 then quantizes) or GPTQ (writes the quantized
+    checkpoint in the msModelSlim layout, served as it is)."""
+    model_dir, source = _inputs(model, text)
+    if method == "smoothquant":
+        _smoothquant(model_dir, source, out, tokens or 1024)
+    elif method in ("awq", "gptq"):
+        from runtime_ext.quant.policy import QuantPolicy
+        from runtime_ext.quant.sensitivity import load_sensitive_layers
+
+        keep = tuple(load_sensitive_layers(sensitive_layers)) if sensitive_layers else ()
+        policy = QuantPolicy(scheme, group_size, keep=keep)  # type: ignore[arg-type]  # keep: closed over fused modules
+        run = _awq if method == "awq" else _gptq
+        run(model_dir, source, out, policy, tokens or 4096, act_order=act_order, clip=clip)
+    else:
+        raise typer.BadParameter(f"unknown method {method!r}; valid: smoothquant, awq, gptq", param_hint="--method")
+
+
+def _smoothquant(model_dir: Path, source: str, out: Path, tokens: int) -> None:
     from rich.console import Console
     from rich.table import Table
     from tqdm import tqdm
 
     from tools.quant.smooth import calibrate
 
-    model_dir, source = _inputs(model, text)
     result = calibrate(model_dir, source, out, tokens=tokens, progress=lambda it: tqdm(it, desc="α search"))
     table = Table(title=f"SmoothQuant on {model_dir.name}: W8A8 calibration perplexity ({tokens} tokens) -> {out}")
     table.add_column("α", justify="right")
@@ -47,6 +70,44 @@ def calibrate_cmd(
         mark = "  ← chosen" if alpha == result["alpha"] else ""
         table.add_row(str(alpha), f"{ppl:.3f}{mark}")
     Console().print(table)
+
+
+def _awq(model_dir: Path, source: str, out: Path, policy, tokens: int, *, clip: bool, **_: object) -> None:
+    import time
+
+    from tqdm import tqdm
+
+    from tools.quant.awq import calibrate
+
+    start = time.perf_counter()
+    chosen = calibrate(
+        model_dir, source, out, policy, tokens=tokens, clip=clip, progress=lambda it: tqdm(it, desc="AWQ", unit="layer")
+    )
+    alphas = [a for layer in chosen.values() for a in layer.values()]
+    typer.echo(
+        f"AWQ ({policy.scheme} g{policy.group_size}, {tokens} tokens, clip {clip}): "
+        f"mean α {sum(alphas) / len(alphas):.2f}, {time.perf_counter() - start:.0f} s "
+        f"-> {out} (serve with w4a16 or `quant export`)"
+    )
+
+
+def _gptq(model_dir: Path, source: str, out: Path, policy, tokens: int, *, act_order: bool, clip: bool) -> None:
+    import time
+
+    from tqdm import tqdm
+
+    from tools.quant.export import export
+    from tools.quant.gptq import Options, calibrate
+
+    start = time.perf_counter()
+    progress = lambda it: tqdm(it, desc="GPTQ", unit="layer")  # noqa: E731
+    options = Options(act_order=act_order, mse=clip)
+    quantized = calibrate(model_dir, source, policy, tokens=tokens, options=options, progress=progress)
+    result = export(model_dir, out, policy, precomputed=quantized)
+    typer.echo(
+        f"GPTQ ({policy.scheme} g{policy.group_size}, {tokens} tokens, act-order {act_order}, clip {clip}): "
+        f"{result['quantized']} layers quantized, {result['kept']} kept, {time.perf_counter() - start:.0f} s -> {out}"
+    )
 
 
 @quant_app.command("scan")

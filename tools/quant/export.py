@@ -23,7 +23,7 @@ from runtime_ext.ops import quant_ref
 from runtime_ext.ops.kv_ref import unpack_int4
 from runtime_ext.quant import modelslim
 from runtime_ext.quant.policy import QuantPolicy, linear_layer_names
-from runtime_ext.quant.targets import Layout, layout
+from runtime_ext.quant.targets import Layout, TargetError, layout
 
 
 def _read(model_dir: Path) -> dict[str, torch.Tensor]:
@@ -38,11 +38,20 @@ def _read(model_dir: Path) -> dict[str, torch.Tensor]:
 
 
 def quantized_tensors(
-    layer: str, weight: torch.Tensor, policy: QuantPolicy, form: Layout | None = None, params_dtype=torch.bfloat16
+    layer: str,
+    weight: torch.Tensor,
+    policy: QuantPolicy,
+    form: Layout | None = None,
+    params_dtype: torch.dtype = torch.bfloat16,
+    given: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> dict[str, torch.Tensor]:
-    """One layer's int8 weight and scale/offset in ``form`` (default: our layout of ``policy.scheme``)."""
+    """One layer's int8 weight and scale/offset in ``form`` (default: our layout of ``policy.scheme``):
+    RTN of ``weight``, or ``given`` (int8 values ``[N, K]``, scales) from a calibration such as GPTQ
+    (``tools/quant/gptq.py``), written as they are."""
     form = form or layout("structserve", policy.scheme)
-    if form.per_channel:
+    if given is not None:
+        q, scale = given
+    elif form.per_channel:
         q, scale = quant_ref.quantize_weight_per_channel(weight)
         scale = scale.unsqueeze(1)
     else:
@@ -72,16 +81,25 @@ def export(
     policy: QuantPolicy,
     progress: Callable[[Iterable[Any]], Iterable[Any]] = lambda it: it,
     target: str = "structserve",
+    precomputed: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None,
 ) -> dict:
+    """``precomputed``: layer -> (int8 values ``[N, K]``, float32 scales) already quantized
+    (GPTQ); it must cover every layer the policy quantizes."""
     from safetensors.torch import save_file
 
     form = layout(target, policy.scheme)  # TargetError before anything is read or written
+    if precomputed is not None and target != "structserve":
+        raise TargetError(f"calibrated (GPTQ) weights are written in the structserve layout only, not {target!r}")
     params_dtype = _params_dtype(model_dir) if form.scale_dtype == "params" else torch.float32
     tensors = _read(model_dir)
     layers = sorted(linear_layer_names(list(tensors)) - set(policy.keep))
+    missing = [layer for layer in layers if precomputed is not None and layer not in precomputed]
+    if missing:
+        raise modelslim.CheckpointError(f"no precomputed quantized weights for {missing[:3]} ({len(missing)} layers)")
     out: dict[str, torch.Tensor] = {n: t for n, t in tensors.items() if n.rpartition(".")[0] not in layers}
     for layer in progress(layers):
-        out.update(quantized_tensors(layer, tensors[f"{layer}.weight"], policy, form, params_dtype))
+        given = precomputed[layer] if precomputed is not None else None
+        out.update(quantized_tensors(layer, tensors[f"{layer}.weight"], policy, form, params_dtype, given))
     out_dir.mkdir(parents=True, exist_ok=True)
     save_file(out, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
     desc = modelslim.describe(

@@ -116,6 +116,12 @@ def calibrate(
     best = min(alphas, key=lambda a: results[a])
     model = load_model(model_dir)  # fold in float32, store in the checkpoint's own dtype
     smooth_(model, stats, best)
+    save_checkpoint(model, model_dir, out_dir)
+    return {"alpha": best, "calibration_ppl": results}
+
+
+def save_checkpoint(model: Any, model_dir: Path, out_dir: Path) -> None:
+    """Save a (float32) transformed model in the original checkpoint's dtype, with its tokenizer."""
     model.to(stored_dtype(model_dir)).save_pretrained(str(out_dir))
     for path in Path(model_dir).iterdir():  # tokenizer and chat template travel with the checkpoint
         if (
@@ -125,4 +131,3 @@ def calibrate(
             and not (out_dir / path.name).exists()
         ):
             shutil.copy2(path, out_dir / path.name)
-    return {"alpha": best, "calibration_ppl": results}
