@@ -4,7 +4,10 @@ every distinct call (``tests/engine/sglang_npu_record.py``). One engine run comb
 with a linear quant scheme; three runs per model dtype cover every C8 mode and every scheme
 (stage-aware W8A8 in float16, plain W8A8 in bfloat16).
 
-Asserted per run: the engine continues "The capital of France is" with Paris; the record holds the ops each
+Asserted per run: the held-out perplexity of a 256-token passage (teacher-forced through the C8 cache
+and the NPU kernels) is within 10 % of the float32 fake-quantized HF model with the reference math
+(``tools/quant/offline.py``), so the kernels compute what they should (a wrong scale layout or a
+dropped group multiplies it); the record holds the ops each
 part of the configuration must call, from the runtime_ext function that should call them (e.g.
 c8_dynamic: ``npu_dynamic_quant`` from ``kv_npu.quantize_per_token``, the KV store); activations
 reach the ops in the model dtype; and replaying every recorded call through the strict emulation
@@ -14,6 +17,7 @@ raises nothing. The inventory is printed (docs/npu-contracts.md holds one run's)
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -27,6 +31,8 @@ from tests.unit.runtime_ext import npu_recording
 
 N_TOKENS = 12
 PROMPT = "The capital of France is"  # a continuation: the chat question's first token is a knife edge
+PASSAGE_TOKENS = 256  # held-out text for the perplexity check
+PPL_TOLERANCE = 0.10  # bf16/fp16 activations and the C8 cache vs float32 without them
 RUNS = {  # (model dtype, kv cache, scheme, stage-aware)
     "bf16 c8_dynamic+w8a16": ("bfloat16", "c8_dynamic", "w8a16", False),
     "bf16 c8_static+w4a16": ("bfloat16", "c8_static", "w4a16", False),
@@ -65,16 +71,17 @@ def run(model_dir: Path, ids: list[int], config: tuple, calib: Path, record: Pat
         **os.environ,
         **RuntimeExtConfig(kv_calibration=calib, quant_policy=policy).to_env(),
         npu_recording.ENV: str(record),
+        "INPUT_LOGPROBS": "1",
     }
     script = Path(__file__).with_name("sglang_npu_record.py")
-    argv = [str(model_dir), str(N_TOKENS), json.dumps([ids]), kv_cache, scheme, dtype]
+    argv = [str(model_dir), str(N_TOKENS), json.dumps(ids), kv_cache, scheme, dtype]
     proc = subprocess.run([sys.executable, str(script), *argv], capture_output=True, text=True, timeout=600, env=env)
     found = {
         line.split(" ", 1)[0]: json.loads(line.split(" ", 1)[1])
         for line in proc.stdout.splitlines()
-        if line.startswith(("OUTPUT_IDS ", "QUANT ", "POOL "))
+        if line.startswith(("OUTPUT_IDS ", "INPUT_LOGPROBS ", "QUANT ", "POOL "))
     }
-    assert proc.returncode == 0 and len(found) == 3, proc.stderr[-3000:]
+    assert proc.returncode == 0 and len(found) == 4, proc.stderr[-3000:]
     return found
 
 
@@ -83,14 +90,20 @@ def recorded(assets, tmp_path_factory):
     """All runs once (about 30 s of engine time each): name -> (answer text, stats, records)."""
     from transformers import AutoTokenizer
 
-    from assets import calibration_text
+    from assets import calibration_text, eval_text
     from tools.kv_calibrate import calibrate
+    from tools.quant.offline import load_model, perplexity, quantize_model, token_ids
 
     tmp = tmp_path_factory.mktemp("npu")
     calib = tmp / "kv.json"
     calibrate(assets.smollm2, calibration_text(), tokens=512).save(calib)
     tok = AutoTokenizer.from_pretrained(str(assets.smollm2))
-    ids = tok.encode(PROMPT, add_special_tokens=False)
+    passage = token_ids(assets.smollm2, eval_text(), PASSAGE_TOKENS)
+    ids = [tok.encode(PROMPT, add_special_tokens=False), passage]
+    reference = {  # the float32 HF model, fake-quantized with the reference math
+        scheme: perplexity(quantize_model(load_model(assets.smollm2), QuantPolicy(scheme)), passage)
+        for scheme in sorted({config[2] for config in RUNS.values()})
+    }
     out = {}
     only = os.environ.get("NPU_RUNS")  # debugging: a comma-separated subset of RUNS
     for i, (name, config) in enumerate(RUNS.items()):
@@ -98,7 +111,13 @@ def recorded(assets, tmp_path_factory):
             continue
         record = tmp / f"calls{i}.jsonl"
         found = run(assets.smollm2, ids, config, calib, record)
-        out[name] = (tok.decode(found["OUTPUT_IDS"][0]), found, npu_recording.load(record))
+        served = math.exp(-sum(found["INPUT_LOGPROBS"][1]) / len(found["INPUT_LOGPROBS"][1]))
+        out[name] = (
+            tok.decode(found["OUTPUT_IDS"][0]),
+            found,
+            npu_recording.load(record),
+            (served, reference[config[2]]),
+        )
         if os.environ.get("NPU_RECORD_KEEP"):  # a directory: keep the records (docs/npu-contracts.md)
             Path(os.environ["NPU_RECORD_KEEP"], f"{name.replace(' ', '_')}.jsonl").write_text(record.read_text())
     return out
@@ -117,9 +136,10 @@ def test_the_engine_calls_each_op_within_its_documented_contract(recorded, name)
     dtype, kv_cache, scheme, stage_aware = RUNS[name]
     if name not in recorded:
         pytest.skip("not in NPU_RUNS")
-    text, found, records = recorded[name]
+    text, found, records, (served, reference) = recorded[name]
     print(f"\n{name}: {text!r} {found['QUANT']}\n  distinct calls (op <- caller: shapes): {inventory(records)}")
-    assert "Paris" in text
+    print(f"  held-out perplexity: {served:.3f} served (NPU kernels, emulated), {reference:.3f} reference")
+    assert abs(served / reference - 1) < PPL_TOLERANCE, (name, served, reference)
     seen = {(r["op"], r["caller"]) for r in records}
     missing = (EXPECTED[kv_cache] | EXPECTED[scheme]) - seen
     assert not missing, f"expected calls never made: {missing}"
