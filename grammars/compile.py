@@ -4,11 +4,13 @@
 xgrammar calls and flags: ``any_whitespace=False`` because the service starts SGLang
 with ``constrained_json_disable_any_whitespace=True``; ``strict_mode`` and
 ``max_whitespace_cnt`` left at their defaults, as SGLang does) in a persistent worker
-subprocess (multiprocessing *spawn*), so a slow compile is killed after ``timeout_s``
-and a crashing one costs only the worker. This module imports no xgrammar at import
+subprocess (multiprocessing *spawn*), so a slow compile is killed once it has used the CPU
+it would need for ``timeout_s`` on an idle machine (``grammars.worker_clock``: a busy machine
+is a 503, not the schema's fault) and a crashing one costs only the worker. This module imports no xgrammar at import
 time; only the worker does (through ``grammars.xgrammar_calls``).
 
-Errors: ``SchemaTooComplexError`` on timeout, ``GrammarCompileError`` when xgrammar
+Errors: ``SchemaTooComplexError`` on timeout, ``CompilerBusyError`` when the worker gets too
+little CPU to finish, ``GrammarCompileError`` when xgrammar
 rejects the text or the worker dies, ``UnsupportedKeywordError`` when xgrammar warns
 that it drops a constraint, ``UnsatisfiableSchemaError`` when the compiled grammar
 allows no first token (xgrammar compiles a ``$ref`` loop that consumes nothing, then
@@ -29,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from grammars.errors import (
+    CompilerBusyError,
     GrammarCompileError,
     GrammarError,
     SchemaTooComplexError,
@@ -36,6 +39,7 @@ from grammars.errors import (
     Unsupported,
     UnsupportedKeywordError,
 )
+from grammars.worker_clock import cpu_seconds, wait_reply
 from grammars.xgrammar_calls import (
     Kind,
     VocabFacts,
@@ -213,9 +217,13 @@ class GrammarCompiler:
     def _roundtrip(self, kind: Kind, text: str) -> tuple[Any, ...]:
         """Send one request; kill the worker on timeout or death (caller holds the lock)."""
         try:
+            cpu_before = cpu_seconds(self._proc.pid)
             self._conn.send((kind, text))
-            ready = self._conn.poll(self.timeout_s)
+            ready = wait_reply(self._conn, self._proc.pid, cpu_before, self.timeout_s)
             reply = self._conn.recv() if ready else None
+        except CompilerBusyError:
+            self._kill()
+            raise
         except (EOFError, OSError):
             code = self._kill()
             raise GrammarCompileError(

@@ -9,7 +9,8 @@ Every error is a ``GrammarError`` with what the OpenAI error envelope needs:
 - ``keyword``: the JSON-Schema keyword at fault, or None;
 - ``code``: a stable machine-readable code (class attribute).
 
-The service maps every ``GrammarError`` to HTTP 400.
+The service maps every ``GrammarError`` to HTTP 400. ``CompilerBusyError`` is the one error
+here that is not the client's: the compiler could not get the CPU it needed (503).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import TypeVar
 
 __all__ = [
     "LOOSENING_HINT",
+    "CompilerBusyError",
     "GrammarCompileError",
     "GrammarError",
     "InvalidSchemaError",
@@ -145,3 +147,13 @@ class GrammarCompileError(GrammarError):
     the message quotes xgrammar."""
 
     code = "grammar_compile_failed"
+
+
+class CompilerBusyError(Exception):
+    """Not a ``GrammarError``: the compile had CPU budget left when its wall-time cap passed,
+    so the machine is overloaded, not the schema too complex (``grammars.worker_clock``).
+    The service answers 503 with Retry-After."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message

@@ -53,7 +53,9 @@ def load_compiler(tokenizer_dir: Path, vocab: VocabFacts | None = None) -> tuple
         vocab_size=facts.vocab_size,
         stop_token_ids=list(facts.stop_ids) if facts.stop_ids is not None else None,
     )
-    return tokenizer, xgrammar.GrammarCompiler(info, cache_enabled=False)
+    from grammars.worker_clock import COMPILE_THREADS
+
+    return tokenizer, xgrammar.GrammarCompiler(info, max_threads=COMPILE_THREADS, cache_enabled=False)
 
 
 def compile_text(compiler: Any, kind: Kind, text: str, *, any_whitespace: bool = False) -> Any:

@@ -99,5 +99,18 @@ class OverloadedError(ServiceError):
         self.retry_after = max(1, int(retry_after))
 
 
+class CompilerBusyServiceError(ServiceError):
+    """The grammar compiler could not get the CPU it needed in time (503 + Retry-After): the
+    server is overloaded, the schema is not at fault (``grammars.worker_clock``)."""
+
+    status = 503
+    type = "service_unavailable"
+    code = "server_overloaded"
+
+    def __init__(self, message: str, *, retry_after: int = 5, param: str | None = None):
+        super().__init__(message, param=param)
+        self.retry_after = max(1, int(retry_after))
+
+
 ClientError: TypeAlias = ServiceError | GrammarError
 """Every error the client is told about in the OpenAI envelope (see the module docstring)."""

@@ -13,8 +13,10 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from grammars.errors import GrammarError
+from grammars.compile import CompileStats
+from grammars.errors import CompilerBusyError, GrammarError
 from grammars.xgrammar_calls import VocabFacts
+from service.errors import CompilerBusyServiceError
 from service.metrics import GRAMMAR_CACHE, GRAMMAR_COMPILE_SECONDS
 from service.types import DecodeConstraint
 
@@ -31,15 +33,22 @@ class GrammarService:
         }
 
     async def ensure_compiles(self, constraint: DecodeConstraint) -> None:
-        """Raises grammars.errors.GrammarError subclasses (mapped to 400 by the API)."""
+        """Raises grammars.errors.GrammarError subclasses (mapped to 400 by the API), or
+        ``CompilerBusyServiceError`` (503) when the machine is too busy to compile in time."""
         try:
-            stats = await asyncio.to_thread(self._compile[constraint.kind], constraint.value)
-        except GrammarError as exc:
-            await self._blame_part(constraint)
-            raise exc.with_param(constraint.param) from None
+            stats = await self._compiled(constraint)
+        except CompilerBusyError as exc:
+            raise CompilerBusyServiceError(exc.message, param=constraint.param) from None
         GRAMMAR_CACHE.labels(kind=constraint.kind, result="hit" if stats.cache_hit else "miss").inc()
         if not stats.cache_hit:
             GRAMMAR_COMPILE_SECONDS.labels(kind=constraint.kind).observe(stats.seconds)
+
+    async def _compiled(self, constraint: DecodeConstraint) -> CompileStats:
+        try:
+            return await asyncio.to_thread(self._compile[constraint.kind], constraint.value)
+        except GrammarError as exc:
+            await self._blame_part(constraint)
+            raise exc.with_param(constraint.param) from None
 
     async def _blame_part(self, constraint: DecodeConstraint) -> None:
         """A combined grammar failed: re-raise the first of its schemas that fails alone,

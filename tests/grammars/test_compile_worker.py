@@ -1,5 +1,6 @@
 """GrammarCompiler: real xgrammar compiles in the worker with the tiny Qwen3 tokenizer
-(151k vocab): cache, errors, warnings backstop, timeout kill + restart, crash restart."""
+(151k vocab): cache, errors, warnings backstop, timeout kill + restart, crash restart, and a
+worker starved of CPU (SIGSTOP) that is waited for, not blamed on the schema."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from grammars.compile import CompileStats, GrammarCompiler
-from grammars.errors import GrammarCompileError, SchemaTooComplexError, UnsupportedKeywordError
+from grammars.errors import CompilerBusyError, GrammarCompileError, SchemaTooComplexError, UnsupportedKeywordError
 from grammars.json_schema import check_schema
 
 SCHEMA = {
@@ -118,6 +119,53 @@ def test_timeout_kills_and_restarts(compiler: GrammarCompiler) -> None:
         compiler.timeout_s = 30.0
     stats = compiler.compile_json_schema(check_schema({"type": "boolean"}).canonical)
     assert stats.cache_hit is False and compiler.worker_pid not in (None, old_pid)
+
+
+def _compile_while_stopped(compiler: GrammarCompiler, schema: dict, stopped_s: float) -> list[object]:
+    """Compile ``schema`` while the worker is stopped (no CPU, as on an overloaded machine)
+    for ``stopped_s`` of wall time; returns ``[stats or error]``."""
+    compiler.start()
+    pid = compiler.worker_pid
+    assert pid is not None
+    outcome: list[object] = []
+
+    def run() -> None:
+        try:
+            outcome.append(compiler.compile_json_schema(check_schema(schema).canonical))
+        except BaseException as exc:  # noqa: BLE001 - collected for the assertion
+            outcome.append(exc)
+
+    os.kill(pid, signal.SIGSTOP)
+    thread = threading.Thread(target=run)
+    try:
+        thread.start()
+        time.sleep(stopped_s)
+    finally:
+        if compiler.worker_pid == pid:
+            os.kill(pid, signal.SIGCONT)
+    thread.join(60)
+    return outcome
+
+
+def test_a_starved_worker_is_waited_for_not_timed_out(compiler: GrammarCompiler) -> None:
+    compiler.timeout_s = 1.0
+    try:  # 2.5 s of wall time without CPU: the wall clock would call that a timeout
+        [stats] = _compile_while_stopped(compiler, {"type": "integer", "title": "starved"}, stopped_s=2.5)
+    finally:
+        compiler.timeout_s = 30.0
+    assert isinstance(stats, CompileStats) and stats.cache_hit is False and stats.seconds >= 2.5
+
+
+def test_a_worker_starved_past_the_wall_cap_is_busy_not_too_complex(compiler: GrammarCompiler) -> None:
+    compiler.timeout_s = 0.5  # wall cap: 6 × 0.5 = 3 s
+    try:
+        [error] = _compile_while_stopped(compiler, {"type": "integer", "title": "busy"}, stopped_s=4.0)
+    finally:
+        compiler.timeout_s = 30.0
+    assert isinstance(error, CompilerBusyError) and "overloaded" in error.message
+    assert compiler.worker_pid is None  # killed: its late reply must not answer the next request
+    stats = compiler.compile_json_schema(check_schema({"type": "integer", "title": "busy"}).canonical)
+    assert stats.cache_hit is False  # the busy outcome was not cached
 
 
 def test_crash_is_reported_and_restarts(compiler: GrammarCompiler) -> None:
