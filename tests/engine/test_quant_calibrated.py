@@ -4,7 +4,8 @@ few calibration tokens here) served by the real SGLang engine:
 - held-out perplexity (a Persuasion window, prompt logprobs) below round-to-nearest's;
 - the served logprobs equal the offline evaluation of the same stored weights
   (``tools.quant.gptq.load_checkpoint``, serving math in HF), float32 both: float noise only;
-- `structserve serve` on each export answers through the openai client.
+- `structserve serve` on the GPTQ export answers through the openai client (the AWQ export is
+  the same layout, served above; one server start is kept out of the suite's budget).
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ def test_awq_and_gptq_beat_rtn_and_serve_like_offline(assets, exports, window):
         assert diffs[method] <= ROUND_TRIP_TOL, f"{method} served != offline. {message}"
 
 
-@pytest.mark.parametrize("method", ["awq", "gptq"])
+@pytest.mark.parametrize("method", ["gptq"])
 def test_served_export_answers_through_the_openai_client(exports, method):
     from openai import OpenAI
 
