@@ -12,18 +12,22 @@ Knobs:
   scheme's defaults).
 - ``combine_blocks``: ``C`` of the ``structserve_combined`` prefix cache (match in units of C pages).
 - ``prefix_events``: the JSON-lines event stream of the combined prefix cache (None: off).
+- ``quant_monitor``: the online outlier monitor and layer fallback (``runtime_ext.quant.monitor``;
+  None: off).
 - ``attention``: ``structserve`` (runtime_ext's ``torch_native`` backend) or ``sglang`` (the
   upstream one, for A/B measurements).
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import MutableMapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
+from runtime_ext.quant.monitor import MonitorConfig
 from runtime_ext.quant.policy import QuantPolicy
 
 AttentionImpl = Literal["structserve", "sglang"]
@@ -33,7 +37,8 @@ _QUANT = "STRUCTSERVE_QUANT"
 _COMBINE_BLOCKS = "STRUCTSERVE_COMBINE_BLOCKS"
 _PREFIX_EVENTS = "STRUCTSERVE_PREFIX_EVENTS"
 _ATTENTION = "STRUCTSERVE_ATTENTION"
-ENV_NAMES = (_KV_CALIBRATION, _QUANT, _COMBINE_BLOCKS, _PREFIX_EVENTS, _ATTENTION)
+_QUANT_MONITOR = "STRUCTSERVE_QUANT_MONITOR"
+ENV_NAMES = (_KV_CALIBRATION, _QUANT, _COMBINE_BLOCKS, _PREFIX_EVENTS, _ATTENTION, _QUANT_MONITOR)
 
 
 class RuntimeConfigError(ValueError):
@@ -47,6 +52,7 @@ class RuntimeExtConfig:
     combine_blocks: int = 1
     prefix_events: Path | None = None
     attention: AttentionImpl = "structserve"
+    quant_monitor: MonitorConfig | None = None
 
     def require_kv_calibration(self) -> Path:
         if self.kv_calibration is None:
@@ -62,6 +68,8 @@ class RuntimeExtConfig:
             env[_QUANT] = self.quant_policy.to_json()
         if self.prefix_events is not None:
             env[_PREFIX_EVENTS] = str(self.prefix_events)
+        if self.quant_monitor is not None:
+            env[_QUANT_MONITOR] = json.dumps(asdict(self.quant_monitor))
         return env
 
     def export(self, environ: MutableMapping[str, str] = os.environ) -> None:
@@ -82,4 +90,5 @@ class RuntimeExtConfig:
             combine_blocks=int(environ.get(_COMBINE_BLOCKS, "1")),
             prefix_events=Path(events) if events else None,
             attention="sglang" if environ.get(_ATTENTION) == "sglang" else "structserve",
+            quant_monitor=MonitorConfig(**json.loads(monitor)) if (monitor := environ.get(_QUANT_MONITOR)) else None,
         )

@@ -8,7 +8,7 @@ No plugin module keeps mutable state of its own.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 
@@ -31,21 +31,27 @@ class KVCacheState:
 
 @dataclass
 class QuantStats:
-    """Modules quantized / kept, matmuls by path, linear-weight bytes as stored vs in the model dtype."""
+    """Modules quantized / kept, matmuls by path, linear-weight bytes as stored vs in the model
+    dtype; ``monitor``: the online monitor's controller (``runtime_ext.quant.fallback``) when on."""
 
     quantized: int = 0
     kept: int = 0
     int8_calls: int = 0
     copy_calls: int = 0
+    standby_calls: int = 0  # matmuls on a monitor's high-precision standby copy
     weight_bytes: int = 0
     weight_bytes_unquantized: int = 0
+    monitor: Any = field(default=None, repr=False, compare=False)
 
     def count_bytes(self, stored: int, unquantized: int) -> None:
         self.weight_bytes += stored
         self.weight_bytes_unquantized += unquantized
 
     def report(self) -> dict:
-        return asdict(self)
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "monitor"}
+        if self.monitor is not None:
+            out["monitor"] = self.monitor.report()
+        return out
 
 
 @dataclass

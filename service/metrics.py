@@ -61,6 +61,26 @@ QUANT_LAYERS = Gauge(
     ["state"],
     registry=REGISTRY,
 )
+QUANT_MONITOR = Gauge(
+    "structserve_quant_monitor",
+    "Online outlier monitor (quant.monitor) since start: fallbacks (modules it switched), reloads and "
+    "reload_errors of the sensitive-layers file, to_int8 (modules a reload moved back), standby (modules "
+    "that can fall back), steps, windows_closed",
+    ["stat"],
+    registry=REGISTRY,
+)
+QUANT_LAYER_RATE = Gauge(
+    "structserve_quant_layer_outlier_rate",
+    "Share of this window's tokens whose input absmax exceeded mean + sigma·std, per quantized module",
+    ["layer"],
+    registry=REGISTRY,
+)
+QUANT_LAYER_FALLBACK = Gauge(
+    "structserve_quant_layer_fallback",
+    "1 while the module serves from its high-precision standby copy, 0 on its quantized path",
+    ["layer"],
+    registry=REGISTRY,
+)
 PREFIX_CACHE = Gauge(
     "structserve_prefix_cache",
     "runtime_ext's combined-block prefix cache since start: hit_tokens, miss_tokens, "

@@ -59,6 +59,23 @@ class ReasoningSettings(BaseModel):
     )
 
 
+class MonitorSettings(BaseModel):
+    """``quant.monitor``: the online outlier monitor (``runtime_ext.quant.monitor``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = False
+    sigma: float = Field(4.0, gt=0)
+    rate_threshold: float = Field(0.01, ge=0, lt=1)
+    window_requests: int = Field(1000, ge=1)
+    min_window_tokens: int = Field(256, ge=1)
+    warmup_tokens: int = Field(256, ge=2)
+    granularity: Literal["layer", "request"] = "layer"
+    reload_interval_s: float = Field(30.0, gt=0)
+    max_fallback_bytes: int = Field(0, ge=0)
+    events_path: Path | None = None
+
+
 class QuantSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -66,6 +83,7 @@ class QuantSettings(BaseModel):
     stage_aware: bool = False
     ignore: list[str] = []
     sensitive_layers: Path | None = None
+    monitor: MonitorSettings = MonitorSettings()
 
 
 class PrefixCacheSettings(BaseModel):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -36,8 +37,9 @@ from runtime_ext.config import RuntimeExtConfig
 from runtime_ext.kv_cache.calibration import Calibration, load_calibration
 from runtime_ext.kv_cache.sizing import cell_bytes, tokens_for_budget
 from runtime_ext.quant import modelslim
-from runtime_ext.quant.policy import GROUP_SIZES, QuantPolicy, check_keep, linear_layer_names
-from runtime_ext.quant.sensitivity import load_sensitive_layers
+from runtime_ext.quant.monitor import MonitorConfig, MonitorConfigError, modules_listed, standby_plan
+from runtime_ext.quant.policy import GROUP_SIZES, QuantPolicy, check_keep, fused_module, linear_layer_names, shards
+from runtime_ext.quant.sensitivity import load_scores, load_sensitive_layers
 from service.engine import EngineOptions
 from service.settings import Settings
 
@@ -124,6 +126,59 @@ def pool_tokens(settings: Settings, info: ModelInfo, calib: Calibration | None =
     return tokens_for_budget(budget, cell, settings.engine.page_size)
 
 
+_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "BF16": 2, "F16": 2, "F32": 4}
+
+
+def monitor_setup(
+    settings: Settings, info: ModelInfo, method: str | None, policy: QuantPolicy | None
+) -> MonitorConfig | None:
+    """The scheduler's monitor config (None when off) with its standby plan, logged with its
+    bytes. It needs online quantization: a pre-quantized checkpoint has no high-precision
+    weights to fall back to."""
+    m, q = settings.quant.monitor, settings.quant
+    if not m.enabled:
+        return None
+    if policy is None or method is None or not method.startswith("structserve_"):
+        raise MonitorConfigError(
+            "quant.monitor needs online quantization (quantization: w8a8_dynamic | w8a16 | w4a16 on a "
+            "high-precision checkpoint); this model is "
+            + ("pre-quantized: it has no high-precision weights to fall back to" if method else "not quantized")
+        )
+    sizes = _module_bytes(info, settings.dtype)
+    scores = load_scores(q.sensitive_layers) if q.sensitive_layers else {}
+    rank = {module: max((scores.get(s, {}).get("kl", 0.0) for s in shards(module)), default=0.0) for module in sizes}
+    ranking = sorted(sizes, key=lambda module: -rank[module])  # stable: name order without scores
+    kept = modules_listed(policy.keep, sizes)
+    standby, kept_bytes, extra = standby_plan(sizes, kept, ranking, m.max_fallback_bytes)
+    log.info(
+        "quant.monitor: %d modules can fall back: %d kept layers (%.1f MiB, served from it) + %d by the scan's "
+        "ranking within max_fallback_bytes (%.1f MiB of %.1f)",
+        len(standby),
+        len(kept),
+        kept_bytes / 2**20,
+        len(standby) - len(kept),
+        extra / 2**20,
+        m.max_fallback_bytes / 2**20,
+    )
+    return MonitorConfig(
+        enabled=True,
+        **m.model_dump(exclude={"enabled", "events_path"}),
+        sensitive_layers=str(q.sensitive_layers.resolve()) if q.sensitive_layers else None,
+        events_path=str(m.events_path.resolve()) if m.events_path else None,
+        standby=standby,
+    )
+
+
+def _module_bytes(info: ModelInfo, dtype: str) -> dict[str, int]:
+    """Bytes of each quantizable SGLang module's weight (fused shards summed) in the serving dtype."""
+    out: dict[str, int] = {}
+    for layer in sorted(linear_layer_names(list(info.tensors))):
+        shape, stored = info.tensors[f"{layer}.weight"]
+        module = fused_module(layer)[0]
+        out[module] = out.get(module, 0) + math.prod(shape) * _DTYPE_BYTES.get(dtype, _DTYPE_BYTES.get(stored, 2))
+    return out
+
+
 def quant_setup(settings: Settings, info: ModelInfo) -> tuple[str | None, QuantPolicy | None]:
     """The SGLang quantization name to pass (None for ``none``) and the policy for the scheduler."""
     description = info.quant_description
@@ -168,6 +223,7 @@ def engine_setup(settings: Settings, info: ModelInfo) -> EngineSetup:
         quant_policy=policy,
         combine_blocks=prefix.combine_blocks,
         prefix_events=prefix.events_path,
+        quant_monitor=monitor_setup(settings, info, method, policy),
     )
     options = EngineOptions(
         model_path=info.path,

@@ -33,6 +33,8 @@ PURE = (
     "runtime_ext/prefix_cache/events.py",
     "runtime_ext/quant/policy.py",
     "runtime_ext/quant/targets.py",
+    "runtime_ext/quant/monitor.py",
+    "runtime_ext/quant/sensitivity.py",
     "runtime_ext/config.py",
     "runtime_ext/state.py",
     "grammars/*",

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any, Iterable, Mapping
 
 from runtime_ext.quant.policy import fused_closure, keep_reasons
 
@@ -44,6 +45,16 @@ def load_sensitive_layers(path: Path) -> list[str]:
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("layers"), list):
         raise SensitiveLayersError(f"{path} is not a {FORMAT} file; write one with `structserve quant scan`")
     return list(fused_closure(str(name) for name in data["layers"]))
+
+
+def load_scores(path: Path) -> dict[str, dict[str, float]]:
+    """The per-layer scores of a scan file (``{}`` when it has none)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise SensitiveLayersError(f"cannot read sensitive-layers file {path}: {exc}") from exc
+    scores = data.get("scores") if isinstance(data, dict) else None
+    return scores if isinstance(scores, dict) else {}
 
 
 def dispersion(sorted_values: list[float]) -> float:
@@ -82,13 +93,42 @@ def select(
     return flagged
 
 
-def fallback(scores: dict[str, dict[str, float]], thresholds: dict[str, float]) -> dict[str, str]:
-    """The fallback list: every layer kept in high precision (flagged, closed over fused
-    modules) -> why (``policy.keep_reasons``)."""
-    return keep_reasons(select(scores, **thresholds))
+def online_flags(events: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """The closed loop: each checkpoint layer of a module the online monitor switched to high
+    precision (``fallback`` events of ``quant.monitor.events_path``) -> why, for ``fallback``."""
+    seen: dict[str, list[Mapping[str, Any]]] = {}
+    for event in events:
+        if event.get("kind") == "fallback":
+            for layer in event.get("layers", []):
+                seen.setdefault(str(layer), []).append(event)
+    return {
+        layer: (
+            f"online fallback ×{len(hits)}: outlier rate {max(float(e['rate']) for e in hits):.1%} "
+            f"over {hits[-1]['window_tokens']} tokens, last {hits[-1]['time']}"
+        )
+        for layer, hits in seen.items()
+    }
 
 
-def write(path: Path, model: str, scheme: str, scores: dict, reasons: dict[str, str], thresholds: dict) -> None:
+def fallback(
+    scores: dict[str, dict[str, float]], thresholds: dict[str, float], events: Iterable[Mapping[str, Any]] = ()
+) -> dict[str, str]:
+    """The fallback list: every layer kept in high precision (flagged by the rules or by the
+    online monitor's recorded ``events``, closed over fused modules) -> why (``policy.keep_reasons``)."""
+    flagged = select(scores, **thresholds)
+    for layer, why in online_flags(events).items():
+        flagged[layer] = f"{flagged[layer]}; {why}" if layer in flagged else why
+    return keep_reasons(flagged)
+
+
+def write(
+    path: Path,
+    model: str,
+    scheme: str,
+    scores: dict[str, dict[str, float]],
+    reasons: dict[str, str],
+    thresholds: dict[str, float],
+) -> None:
     """``reasons``: the fallback, layer -> why it is kept (``fallback``), closed over fused modules."""
     if list(reasons) != list(fused_closure(reasons)):
         raise SensitiveLayersError("the fallback list must hold every shard of a kept fused module (use fallback())")

@@ -41,12 +41,25 @@ def is_decode() -> bool:
     return mode is not None and mode.is_decode()
 
 
-def _around_forward(original: Any, self: Any, forward_batch: Any, *args: Any, **kwargs: Any) -> Any:
-    token = _MODE.set(forward_batch.forward_mode)
-    try:
-        return original(self, forward_batch, *args, **kwargs)
-    finally:
-        _MODE.reset(token)
+def _forward_hook(stats: QuantStats) -> Any:
+    """The AROUND hook on ``ModelRunner._forward_raw``: records the batch's forward mode (for
+    stage-aware W8A8); with the monitor on, reloads a changed sensitive-layers file before the
+    step and reads the step's statistics after it (``FallbackController``)."""
+
+    def around_forward(original: Any, self: Any, forward_batch: Any, *args: Any, **kwargs: Any) -> Any:
+        monitor = stats.monitor
+        if monitor is not None:
+            monitor.maybe_reload()
+        token = _MODE.set(forward_batch.forward_mode)
+        try:
+            out = original(self, forward_batch, *args, **kwargs)
+        finally:
+            _MODE.reset(token)
+        if monitor is not None:
+            monitor.step_end(forward_batch)
+        return out
+
+    return around_forward
 
 
 class KeptLinearMethod(UnquantizedLinearMethod):
@@ -64,8 +77,11 @@ class KeptLinearMethod(UnquantizedLinearMethod):
 
 
 class StructserveLinearMethod(LinearMethodBase):
-    def __init__(self, policy: QuantPolicy, stats: QuantStats, prefix: str = "?") -> None:
-        self.policy, self.stats, self.prefix = policy, stats, prefix
+    """``starts_high``: the policy keeps this module, but the monitor's standby plan holds it
+    (quantized too, served from its high-precision weight until a reload moves it to INT8)."""
+
+    def __init__(self, policy: QuantPolicy, stats: QuantStats, prefix: str = "?", starts_high: bool = False) -> None:
+        self.policy, self.stats, self.prefix, self.starts_high = policy, stats, prefix, starts_high
 
     def create_weights(
         self,
@@ -108,15 +124,22 @@ class StructserveLinearMethod(LinearMethodBase):
         else:
             q, scale = quant_ref.quantize_weight_groupwise(w, self.policy.bits, self.policy.group_size)
             layer.prepared = get_op("weight_only_prepare", device)(q, scale, self.policy.bits, self.policy.group_size)
-        del layer.weight  # the high-precision weight is gone: only the quantized tensors stay
+        monitor = self.stats.monitor
+        standby = monitor is not None and monitor.attach(layer, self.prefix, self.starts_high)
+        del layer.weight  # only the quantized tensors stay (and the monitor's standby copy, if planned)
         self.stats.quantized += 1
-        self.stats.count_bytes(_stored_bytes(layer), before)
+        self.stats.count_bytes(_stored_bytes(layer) + (before if standby else 0), before)
 
     def apply(self, layer, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])
         device = x.device.type
-        if self.policy.scheme != "w8a8_dynamic":
+        if self.stats.monitor is not None:
+            self.stats.monitor.observe(layer, x2)
+        if getattr(layer, "use_standby", False):  # the monitor switched it (between two forwards)
+            self.stats.standby_calls += 1
+            y = torch.nn.functional.linear(x2, layer.standby_weight, bias)
+        elif self.policy.scheme != "w8a8_dynamic":
             y = get_op("weight_only_matmul", device)(x2, layer.prepared, bias)
         elif getattr(layer, "decode_weight", None) is not None and is_decode():
             self.stats.copy_calls += 1
@@ -167,10 +190,16 @@ def _config_class(scheme: Scheme, stats: QuantStats) -> type:
 
         def __init__(self) -> None:
             super().__init__()
-            policy = RuntimeExtConfig.from_env().quant_policy or QuantPolicy(scheme)
+            runtime = RuntimeExtConfig.from_env()
+            policy = runtime.quant_policy or QuantPolicy(scheme)
             if policy.scheme != scheme:
                 policy = QuantPolicy(scheme, policy.group_size, policy.stage_aware, policy.keep)
             self.policy = policy
+            monitor = runtime.quant_monitor
+            if monitor is not None and monitor.enabled and stats.monitor is None:
+                from runtime_ext.quant.fallback import FallbackController
+
+                stats.monitor = FallbackController(monitor)
 
         @classmethod
         def get_name(cls) -> str:
@@ -187,7 +216,10 @@ def _config_class(scheme: Scheme, stats: QuantStats) -> type:
         def get_quant_method(self, layer: Any, prefix: str) -> Any:
             if not isinstance(layer, LinearBase):
                 return None  # embeddings, lm_head: unquantized
+            standby = stats.monitor is not None and prefix in stats.monitor.config.standby
             if keeps_high_precision(prefix, self.policy):
+                if standby:  # quantized too: a reload may move it to INT8
+                    return StructserveLinearMethod(self.policy, stats, prefix, starts_high=True)
                 return KeptLinearMethod(stats)
             return StructserveLinearMethod(self.policy, stats, prefix)
 
@@ -198,4 +230,4 @@ def _config_class(scheme: Scheme, stats: QuantStats) -> type:
 def register(hooks: Any, hook_type: Any, stats: QuantStats) -> None:
     for scheme in SCHEMES:
         add_method(_config_class(scheme, stats))
-    hooks.register(FORWARD_TARGET, _around_forward, hook_type.AROUND)
+    hooks.register(FORWARD_TARGET, _forward_hook(stats), hook_type.AROUND)

@@ -118,9 +118,14 @@ def scan_cmd(
     scheme: Annotated[str, typer.Option(help="w8a8_dynamic | w8a16 | w4a16")] = "w8a8_dynamic",
     tokens: Annotated[int, typer.Option(help="calibration tokens for the KL")] = 512,
     kl_top: Annotated[float, typer.Option(help="also keep this share of layers with the highest KL")] = 0.05,
+    events: Annotated[
+        Optional[Path],
+        typer.Option(help="the online monitor's events file (quant.monitor.events_path): its fallbacks are kept too"),
+    ] = None,
 ) -> None:
     """Per linear layer: dispersion R, KL with only that layer quantized, energy σ₁/Σσ; writes the fallback
-    list (every shard of a fused module one of whose shards is flagged, with the reason)."""
+    list (every shard of a fused module one of whose shards is flagged, with the reason). With --events, the
+    layers the online monitor switched to high precision are kept as well (the closed loop)."""
     from tqdm import tqdm
 
     from runtime_ext.quant import sensitivity
@@ -128,9 +133,10 @@ def scan_cmd(
     from tools.quant.offline import scan
 
     model_dir, source = _inputs(model, text)
+    recorded = _monitor_events(events)
     scores = scan(model_dir, source, QuantPolicy(scheme), tokens=tokens, progress=lambda it: tqdm(it, desc="layers"))
     thresholds = {**sensitivity.THRESHOLDS, "kl_top": kl_top}
-    reasons = sensitivity.fallback(scores, thresholds)
+    reasons = sensitivity.fallback(scores, thresholds, recorded)
     sensitivity.write(out, model_dir.name, scheme, scores, reasons, thresholds)
     out.with_suffix(".md").write_text(sensitivity.markdown(scores, reasons))
     _plot(scores, list(reasons), out.with_suffix(".png"), f"{model_dir.name} {scheme}: KL per linear layer")
@@ -139,6 +145,23 @@ def scan_cmd(
         f"{len(reasons)} of {len(scores)} layers kept in high precision ({flagged} flagged, "
         f"the rest share a fused module with a flagged one) -> {out}"
     )
+
+
+def _monitor_events(path: Optional[Path]) -> list[dict]:
+    """The recorded monitor events of ``path`` (none without one); exits 2 when it is unreadable."""
+    from runtime_ext.quant.monitor import read_events
+
+    if path is None:
+        return []
+    try:
+        events, bad = read_events(path.read_text().splitlines())
+    except OSError as exc:
+        typer.echo(f"cannot read the events file {path}: {exc}", err=True)
+        raise typer.Exit(2) from None
+    fallbacks = sum(1 for e in events if e["kind"] == "fallback")
+    skipped = f" ({bad} lines skipped: not events)" if bad else ""
+    typer.echo(f"{path}: {fallbacks} fallback events folded in{skipped}")
+    return events
 
 
 @quant_app.command("export")

@@ -37,10 +37,21 @@ def _plugin_gauges(report: dict) -> None:
     _kv_pool(report)
     for state in ("quantized", "kept"):
         m.QUANT_LAYERS.labels(state=state).set(report.get("quant", {}).get(state, 0))
+    _quant_monitor(report.get("quant", {}).get("monitor"))
     prefix = report.get("prefix_cache", {})
     if prefix.get("backend"):
         for stat in ("hit_tokens", "miss_tokens", "abandoned_pages", "evicted_tokens", "draft_dropped_pages"):
             m.PREFIX_CACHE.labels(stat=stat).set(prefix[stat])
+
+
+def _quant_monitor(monitor: dict | None) -> None:
+    if not monitor:
+        return
+    for stat in ("fallbacks", "reloads", "reload_errors", "to_int8", "standby", "steps", "windows_closed"):
+        m.QUANT_MONITOR.labels(stat=stat).set(monitor.get(stat, 0))
+    for layer, state in monitor.get("layers", {}).items():
+        m.QUANT_LAYER_RATE.labels(layer=layer).set(state["rate"])
+        m.QUANT_LAYER_FALLBACK.labels(layer=layer).set(1 if state["state"] == "fallback" else 0)
 
 
 def _kv_pool(report: dict) -> None:

@@ -7,6 +7,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from runtime_ext.config import ENV_NAMES, RuntimeExtConfig
+from runtime_ext.quant.monitor import MonitorConfig
 from runtime_ext.quant.policy import QuantPolicy
 
 EVERY_KNOB_SET = RuntimeExtConfig(
@@ -15,6 +16,9 @@ EVERY_KNOB_SET = RuntimeExtConfig(
     combine_blocks=7,
     prefix_events=Path("/tmp/prefix-events.jsonl"),
     attention="sglang",
+    quant_monitor=MonitorConfig(
+        enabled=True, sigma=3.0, max_fallback_bytes=1 << 20, sensitive_layers="/s.json", events_path="/e.jsonl"
+    ),
 )
 
 

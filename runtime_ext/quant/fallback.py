@@ -1,0 +1,219 @@
+"""The online outlier monitor and per-layer fallback in the scheduler process (imports torch).
+
+One ``FallbackController`` per process (``QuantStats.monitor``), built by the quantization
+config when ``RuntimeExtConfig.quant_monitor`` is on. The logic is ``runtime_ext.quant.monitor``.
+- ``attach(layer, prefix, starts_high)`` at load: the module gets a row of the statistics buffer,
+  and, when the standby plan names it, ``standby_weight`` (its high-precision weight). A module
+  the policy keeps starts on that copy (a reload may move it to its INT8 path).
+- ``observe(layer, x)`` in ``apply``: the per-token absmax of the input, summed on the device
+  into the module's row of one ``[n, 3]`` buffer (Σa, Σa², outliers against the module's
+  threshold). There is no host sync; the token count is the input's shape.
+- ``step_end(forward_batch)`` after each forward (the ``_forward_raw`` AROUND hook). It reads the
+  buffer once, updates the statistics and counts new requests (windows), then switches the
+  modules ``decide`` names. When due, it re-reads the sensitive-layers file. New thresholds go
+  back to the device.
+Switching sets ``layer.use_standby`` between two forwards, so one matmul never mixes paths.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from runtime_ext.quant.monitor import (
+    Monitor,
+    MonitorConfig,
+    StepStats,
+    decide,
+    event_line,
+    modules_listed,
+    reload_diff,
+)
+from runtime_ext.quant.policy import shards
+from runtime_ext.quant.sensitivity import SensitiveLayersError, load_sensitive_layers
+
+log = logging.getLogger(__name__)
+_RECENT_RIDS = 65536  # request ids remembered to count each request once per window
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+class FallbackController:
+    def __init__(self, config: MonitorConfig) -> None:
+        self.config, self.monitor = config, Monitor(config)
+        self.layers: dict[str, Any] = {}  # module prefix -> the SGLang module (row order)
+        self.tokens: list[int] = []
+        self.buffer: torch.Tensor | None = None
+        self.thresholds: torch.Tensor | None = None
+        self.from_file: set[str] = set()  # on standby because the sensitive-layers file lists them
+        self.by_monitor: set[str] = set()  # switched by the monitor
+        self.unswitchable: set[str] = set()  # wanted high precision, hold no standby copy
+        self.counters = {"steps": 0, "fallbacks": 0, "reloads": 0, "reload_errors": 0, "to_int8": 0}
+        self._rids: dict[str, None] = {}
+        self._digest = self._file_digest()
+        self._next_check = time.monotonic() + config.reload_interval_s
+
+    # --- load ---------------------------------------------------------------------------
+    def attach(self, layer: Any, prefix: str, starts_high: bool) -> bool:
+        """Register a quantized module; True when it keeps its high-precision weight (the
+        caller must then not free it)."""
+        layer.monitor_index, layer.use_standby = len(self.layers), False
+        self.layers[prefix] = layer
+        self.tokens.append(0)
+        if prefix not in self.config.standby:
+            return False
+        layer.standby_weight = layer.weight.data
+        if starts_high:
+            layer.use_standby = True
+            self.from_file.add(prefix)
+        return True
+
+    # --- forward ------------------------------------------------------------------------
+    def observe(self, layer: Any, x: torch.Tensor) -> None:
+        if self.buffer is None or self.buffer.device != x.device:
+            self._allocate(x.device)
+        assert self.buffer is not None and self.thresholds is not None
+        index = layer.monitor_index
+        a = x.detach().abs().amax(dim=-1).float()
+        self.buffer[index].add_(torch.stack((a.sum(), a.square().sum(), (a > self.thresholds[index]).sum().float())))
+        self.tokens[index] += a.numel()
+
+    def _allocate(self, device: torch.device) -> None:
+        self.buffer = torch.zeros(len(self.layers), 3, device=device)
+        self.thresholds = torch.tensor(self.monitor.thresholds(self.layers), device=device)
+
+    def step_end(self, forward_batch: Any) -> None:
+        """Once per forward: the one host read of the statistics, decisions, reload."""
+        if self.buffer is None or not any(self.tokens):
+            return
+        self.counters["steps"] += 1
+        sums = self.buffer.tolist()
+        self.buffer.zero_()
+        steps = {
+            name: StepStats(n, row[0], row[1], int(row[2]))
+            for (name, row, n) in zip(self.layers, sums, self.tokens)
+            if n
+        }
+        self.tokens = [0] * len(self.layers)
+        self.monitor.add_step(steps)
+        for name in decide(self.monitor.layers, self.config, self.live() | self.unswitchable):
+            self._fall_back(name)
+        self.monitor.count_requests(self._new_requests(forward_batch))
+        self.maybe_reload()
+        assert self.thresholds is not None
+        self.thresholds.copy_(torch.tensor(self.monitor.thresholds(self.layers)))
+
+    def _new_requests(self, forward_batch: Any) -> int:
+        rids = getattr(forward_batch, "rids", None) or []
+        new = [rid for rid in rids if rid not in self._rids]
+        for rid in new:
+            self._rids[rid] = None
+        while len(self._rids) > _RECENT_RIDS:
+            del self._rids[next(iter(self._rids))]
+        return len(new)
+
+    # --- switching ----------------------------------------------------------------------
+    def live(self) -> set[str]:
+        """Modules serving from their high-precision copy now."""
+        return {name for name, layer in self.layers.items() if layer.use_standby}
+
+    def standby(self) -> set[str]:
+        return {name for name, layer in self.layers.items() if hasattr(layer, "standby_weight")}
+
+    def _fall_back(self, name: str) -> None:
+        stats = self.monitor.layers[name]
+        fields = {"module": name, "layers": shards(name), "rate": stats.rate(), "window_tokens": stats.window_tokens}
+        if not hasattr(self.layers[name], "standby_weight"):
+            self.unswitchable.add(name)
+            self._event("unswitchable", **fields, why="no standby copy (raise quant.monitor.max_fallback_bytes)")
+            return
+        self.layers[name].use_standby = True
+        self.by_monitor.add(name)
+        self.counters["fallbacks"] += 1
+        threshold = stats.threshold(self.config.sigma, self.config.warmup_tokens)
+        log.warning("quant.monitor: %s falls back to high precision (outlier rate %.2f%%)", name, 100 * stats.rate())
+        self._event(
+            "fallback",
+            **fields,
+            granularity=self.config.granularity,
+            threshold=threshold,
+            step=self.counters["steps"],
+            serving_from_step=self.counters["steps"] + 1,
+            request=None,
+        )
+
+    # --- reload -------------------------------------------------------------------------
+    def _file_digest(self) -> str | None:
+        path = self.config.sensitive_layers
+        try:
+            return hashlib.sha256(Path(path).read_bytes()).hexdigest() if path else None
+        except OSError:
+            return None
+
+    def maybe_reload(self, force: bool = False) -> None:
+        """Re-read the sensitive-layers file when ``reload_interval_s`` has passed and its hash
+        changed; a bad file keeps the live set (counted, logged, recorded)."""
+        path = self.config.sensitive_layers
+        if path is None or not (force or time.monotonic() >= self._next_check):
+            return
+        self._next_check = time.monotonic() + self.config.reload_interval_s
+        digest = self._file_digest()
+        if digest is None or digest == self._digest:
+            return
+        self._digest = digest  # a bad file is reported once, not every interval
+        try:
+            wanted = modules_listed(load_sensitive_layers(Path(path)), self.layers)
+        except SensitiveLayersError as exc:
+            self.counters["reload_errors"] += 1
+            log.error("quant.monitor: keeping the current fallback set: %s", exc)
+            self._event("reload_error", path=path, error=str(exc))
+            return
+        self._apply_reload(wanted, path, digest)
+
+    def _apply_reload(self, wanted: set[str], path: str, digest: str) -> None:
+        to_fallback, to_int8, unswitchable = reload_diff(self.from_file, self.by_monitor, wanted, self.standby())
+        for name in to_fallback:
+            self.layers[name].use_standby = True
+        for name in to_int8:
+            self.layers[name].use_standby = False
+        self.from_file = (wanted & self.standby()) - self.by_monitor
+        self.counters["reloads"] += 1
+        self.counters["to_int8"] += len(to_int8)
+        moved = len(to_fallback), len(to_int8)
+        log.warning("quant.monitor: reloaded %s: %d to high precision, %d to INT8", path, *moved)
+        self._event(
+            "reload", path=path, sha256=digest, to_fallback=to_fallback, to_int8=to_int8, unswitchable=unswitchable
+        )
+
+    # --- report -------------------------------------------------------------------------
+    def _event(self, kind: str, **fields: Any) -> None:
+        if self.config.events_path is None:
+            return
+        try:
+            with open(self.config.events_path, "a") as f:
+                f.write(event_line(kind, _now(), **fields) + "\n")
+        except OSError as exc:  # an events file must never take the scheduler down
+            log.error("quant.monitor: cannot write %s: %s", self.config.events_path, exc)
+
+    def report(self) -> dict[str, Any]:
+        live = self.live()
+        layers = {
+            name: {"rate": stats.rate(), "state": "fallback" if name in live else "int8"}
+            for name, stats in self.monitor.layers.items()
+        }
+        for name in self.layers:
+            layers.setdefault(name, {"rate": 0.0, "state": "fallback" if name in live else "int8"})
+        return {
+            **self.counters,
+            "standby": len(self.standby()),
+            "windows_closed": self.monitor.windows_closed,
+            "layers": layers,
+        }

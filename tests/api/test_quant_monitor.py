@@ -1,0 +1,191 @@
+"""The online outlier monitor and layer fallback through the whole service (W8A8 SmolLM2,
+the openai client over HTTP, /metrics read from the scheduler).
+
+1. ``switch`` server (float32, every module holds a standby copy, sigma 1 and rate threshold
+   0: every module trips once its window has 300 tokens). One request before the switch is
+   INT8: its logprobs differ from the float32 HF model. The requests that cross the threshold
+   stream concurrently without an error. Afterwards /metrics shows every module on fallback, and
+   the answer is HF float32's: same greedy tokens, logprobs within 1e-4.
+2. ``reload`` server (sigma 50: the monitor never trips; reload every 0.5 s). The
+   sensitive-layers file starts with layer 5's qkv, kept and served from its standby copy. A new
+   file listing layer 7's down_proj moves both, with no restart. A corrupt file keeps the live
+   set and counts an error. Going back to the first file gives the first answer bit for bit.
+   100 streamed requests run while three reloads happen: 0 errors.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+import torch
+
+from runtime_ext.quant.sensitivity import FORMAT
+from tests.api.test_kv_c8_aborts import scrape
+from tests.server import ServerProcess
+
+QUESTION = "What is the capital of France?"
+N_TOKENS = 8
+QKV5 = [f"model.layers.5.self_attn.{p}_proj" for p in "qkv"]
+DOWN7 = ["model.layers.7.mlp.down_proj"]
+MODULES = 30 * 4
+
+
+def monitor_env(tmp: Path, **monitor: str) -> dict[str, str]:
+    env = {"STRUCTSERVE_QUANTIZATION": "w8a8_dynamic", "STRUCTSERVE_QUANT__MONITOR__ENABLED": "true"}
+    env |= {f"STRUCTSERVE_QUANT__MONITOR__{k.upper()}": v for k, v in monitor.items()}
+    return env | {"STRUCTSERVE_QUANT__MONITOR__EVENTS_PATH": str(tmp / "events.jsonl")}
+
+
+def write_scan(path: Path, layers: list[str]) -> None:
+    scores = {name: {"kl": 1.0, "dispersion": 1.0, "energy": 0.1} for name in DOWN7}  # ranks down_proj 7 first
+    path.write_text(json.dumps({"format": FORMAT, "layers": layers, "scores": scores}))
+
+
+def ask(server: ServerProcess, content: str = QUESTION) -> tuple[list[str], list[float]]:
+    client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="x", max_retries=0, timeout=300)
+    choice = client.chat.completions.create(
+        model=server.model_name,
+        messages=[{"role": "user", "content": content}],
+        max_tokens=N_TOKENS,
+        temperature=0,
+        logprobs=True,
+    ).choices[0]
+    return [t.token for t in choice.logprobs.content], [t.logprob for t in choice.logprobs.content]
+
+
+def stream_one(server: ServerProcess, i: int, max_tokens: int = 6) -> int:
+    body = {
+        "model": server.model_name,
+        "messages": [{"role": "user", "content": f"Count to {i % 7 + 3}, please."}],
+        "max_tokens": max_tokens,
+        "stream": True,
+    }
+    with (
+        httpx.Client(timeout=300) as client,
+        client.stream("POST", f"{server.base_url}/v1/chat/completions", json=body) as r,
+    ):
+        lines = [line for line in r.iter_lines() if line]
+    assert r.status_code == 200 and lines[-1] == "data: [DONE]", (r.status_code, lines[-3:])
+    return 1
+
+
+def monitor_stats(server: ServerProcess) -> tuple[dict[str, float], dict[str, float]]:
+    samples = scrape(server)
+    stats = {dict(k[1])["stat"]: v for k, v in samples.items() if k[0] == "structserve_quant_monitor"}
+    layers = {dict(k[1])["layer"]: v for k, v in samples.items() if k[0] == "structserve_quant_layer_fallback"}
+    return stats, layers
+
+
+def hf_logprobs(model_dir: Path, text_tokens: list[str]) -> tuple[list[str], list[float]]:
+    """Greedy continuation of the chat prompt by the float32 HF model: tokens and logprobs."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    prompt = tok.apply_chat_template(
+        [{"role": "user", "content": QUESTION}], add_generation_prompt=True, tokenize=False
+    )
+    seq, tokens, logprobs = tok.encode(prompt, add_special_tokens=False), [], []
+    with torch.no_grad():
+        for _ in range(len(text_tokens)):
+            lp = torch.log_softmax(model(torch.tensor([seq])).logits[0, -1], dim=-1)
+            seq.append(int(lp.argmax()))
+            tokens.append(tok.decode([seq[-1]]))
+            logprobs.append(float(lp[seq[-1]]))
+    return tokens, logprobs
+
+
+@pytest.fixture(scope="module")
+def switch_server(assets, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("monitor-switch")
+    env = monitor_env(
+        tmp, sigma="1", rate_threshold="0", min_window_tokens="300", warmup_tokens="16", max_fallback_bytes=str(1 << 31)
+    )
+    server = ServerProcess(assets.smollm2, name="smol-monitor", env=env | {"STRUCTSERVE_DTYPE": "float32"})
+    server.start()
+    yield server, tmp
+    assert server.stop() == 0
+
+
+def test_every_module_switches_without_a_failed_request_and_then_answers_like_float32(assets, switch_server):
+    server, tmp = switch_server
+    stats, layers = monitor_stats(server)
+    assert stats["standby"] == MODULES and stats["fallbacks"] == 0 and sum(layers.values()) == 0
+    int8_tokens, int8_lp = ask(server)  # ~35 tokens per module: under the 300-token window minimum
+    hf_tokens, hf_lp = hf_logprobs(assets.smollm2, int8_tokens)
+    assert max(abs(a - b) for a, b in zip(int8_lp, hf_lp)) > 1e-3, "the INT8 path should differ from float32"
+    with ThreadPoolExecutor(8) as pool:  # the switch happens while these stream
+        assert sum(pool.map(lambda i: stream_one(server, i), range(24))) == 24
+    stats, layers = monitor_stats(server)
+    assert stats["fallbacks"] == MODULES and len(layers) == MODULES and all(v == 1 for v in layers.values()), stats
+    tokens, lp = ask(server)
+    hf_tokens, hf_lp = hf_logprobs(assets.smollm2, tokens)
+    assert tokens == hf_tokens
+    assert max(abs(a - b) for a, b in zip(lp, hf_lp)) <= 1e-4, (lp, hf_lp)
+    events = [json.loads(line) for line in (tmp / "events.jsonl").read_text().splitlines()]
+    assert sum(e["kind"] == "fallback" for e in events) == MODULES
+
+
+@pytest.fixture(scope="module")
+def reload_server(assets, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("monitor-reload")
+    scan = tmp / "sensitive_layers.json"
+    write_scan(scan, QKV5)
+    env = monitor_env(tmp, sigma="50", reload_interval_s="0.5", max_fallback_bytes=str(2 << 20))
+    server = ServerProcess(
+        assets.smollm2, name="smol-reload", env=env | {"STRUCTSERVE_QUANT__SENSITIVE_LAYERS": str(scan)}
+    )
+    server.start()
+    yield server, scan
+    assert server.stop() == 0
+
+
+def reloaded(server: ServerProcess, want: dict[str, float]) -> dict[str, float]:
+    """Ask until the monitor's counters reach ``want`` (a reload happens before a forward)."""
+    deadline = time.monotonic() + 30
+    while True:
+        time.sleep(0.6)
+        ask(server)
+        stats, layers = monitor_stats(server)
+        if all(stats.get(k) == v for k, v in want.items()) or time.monotonic() > deadline:
+            return layers
+
+
+def test_reload_moves_layers_live_and_a_bad_file_keeps_the_set(reload_server):
+    server, scan = reload_server
+    qkv5, down7 = "model.layers.5.self_attn.qkv_proj", "model.layers.7.mlp.down_proj"
+    stats, layers = monitor_stats(server)
+    assert stats["standby"] == 2 and layers[qkv5] == 1 and layers[down7] == 0, (stats, layers)
+    first = ask(server)
+    write_scan(scan, DOWN7)
+    layers = reloaded(server, {"reloads": 1})
+    assert layers[qkv5] == 0 and layers[down7] == 1
+    assert ask(server) != first
+    scan.write_text('{"format": "nope"')
+    layers = reloaded(server, {"reload_errors": 1})
+    assert layers[qkv5] == 0 and layers[down7] == 1
+    write_scan(scan, QKV5)
+    layers = reloaded(server, {"reloads": 2})
+    assert layers[qkv5] == 1 and layers[down7] == 0
+    assert ask(server) == first  # the same weights as before, bit for bit
+
+
+def test_streams_survive_three_reloads(reload_server):
+    server, scan = reload_server
+    before, _ = monitor_stats(server)
+    with ThreadPoolExecutor(8) as pool:
+        done = pool.map(lambda i: stream_one(server, i, max_tokens=16), range(100))
+        for layers in (DOWN7, QKV5, DOWN7):
+            time.sleep(1.0)
+            write_scan(scan, layers)
+        assert sum(done) == 100
+    after, _ = monitor_stats(server)
+    assert after["reloads"] - before["reloads"] == 3 and after["reload_errors"] == before["reload_errors"]
+    assert math.isfinite(after["steps"])
