@@ -8,7 +8,7 @@ import json
 import pytest
 
 from runtime_ext.config import ENV_NAMES, RuntimeExtConfig
-from runtime_ext.quant.policy import QuantPolicy, QuantPolicyError
+from runtime_ext.quant.policy import QuantPolicy, QuantPolicyError, keep_reasons
 from runtime_ext.quant.sensitivity import SensitiveLayersError, write
 from service.settings import Settings
 from service.startup import ModelInfo, prepare_engine
@@ -58,3 +58,32 @@ def test_bad_settings_fail_at_startup_naming_the_problem(assets, tmp_path):
     bad.write_text(json.dumps({"layers": ["x"]}))
     with pytest.raises(SensitiveLayersError, match="quant scan"):
         quant_setup(Settings(quantization="w8a16", quant={"sensitive_layers": bad}), assets.smollm2)
+
+
+def test_the_monitor_gets_a_standby_plan_by_the_scan_ranking_within_its_budget(assets, tmp_path):
+    scan = tmp_path / "s.json"
+    down7, o2 = "model.layers.7.mlp.down_proj", "model.layers.2.self_attn.o_proj"
+    scores = {down7: {"kl": 0.9, "dispersion": 1.0, "energy": 0.1}, o2: {"kl": 0.5, "dispersion": 1.0, "energy": 0.1}}
+    write(scan, "smollm2", "w8a8_dynamic", scores, keep_reasons({"model.layers.5.self_attn.k_proj": "KL"}), {})
+    budget = 576 * 1536 * 2 + 576 * 576 * 2  # down_proj 7 and o_proj 2 in bf16, exactly
+    settings = Settings(
+        quantization="w8a8_dynamic",
+        quant={"sensitive_layers": scan, "monitor": {"enabled": True, "max_fallback_bytes": budget}},
+    )
+    quant_setup(settings, assets.smollm2)
+    monitor = RuntimeExtConfig.from_env().quant_monitor
+    assert monitor.standby == ("model.layers.5.self_attn.qkv_proj", down7, o2)  # kept, then by KL
+    assert monitor.sensitive_layers == str(scan.resolve())
+    settings.quant.monitor.max_fallback_bytes = budget - 1
+    quant_setup(settings, assets.smollm2)
+    assert RuntimeExtConfig.from_env().quant_monitor.standby == ("model.layers.5.self_attn.qkv_proj", down7)
+
+
+def test_the_monitor_refuses_what_it_cannot_do(assets):
+    from runtime_ext.quant.monitor import MonitorConfigError
+
+    with pytest.raises(MonitorConfigError, match="needs online quantization"):
+        quant_setup(Settings(quant={"monitor": {"enabled": True}}), assets.smollm2)
+    with pytest.raises(MonitorConfigError, match="only 'layer' is built"):
+        settings = Settings(quantization="w8a16", quant={"monitor": {"enabled": True, "granularity": "request"}})
+        quant_setup(settings, assets.smollm2)
