@@ -69,6 +69,13 @@ QUANT_MONITOR = Gauge(
     ["stat"],
     registry=REGISTRY,
 )
+QUANT_MATMULS = Gauge(
+    "structserve_quant_matmuls",
+    "Quantized-module matmuls since start by path: int8 (W8A8 INT8 matmul), copy (stage-aware decode "
+    "copy), standby (the monitor's high-precision copy)",
+    ["path"],
+    registry=REGISTRY,
+)
 QUANT_LAYER_RATE = Gauge(
     "structserve_quant_layer_outlier_rate",
     "Share of this window's tokens whose input absmax exceeded mean + sigma·std, per quantized module",

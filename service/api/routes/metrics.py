@@ -37,6 +37,8 @@ def _plugin_gauges(report: dict) -> None:
     _kv_pool(report)
     for state in ("quantized", "kept"):
         m.QUANT_LAYERS.labels(state=state).set(report.get("quant", {}).get(state, 0))
+    for path in ("int8", "copy", "standby"):
+        m.QUANT_MATMULS.labels(path=path).set(report.get("quant", {}).get(f"{path}_calls", 0))
     _quant_monitor(report.get("quant", {}).get("monitor"))
     prefix = report.get("prefix_cache", {})
     if prefix.get("backend"):
