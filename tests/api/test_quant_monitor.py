@@ -114,7 +114,12 @@ def hf_greedy(model_dir: Path, questions: list[str]) -> list[str]:
 def switch_server(assets, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("monitor-switch")
     env = monitor_env(
-        tmp, sigma="0.1", rate_threshold="0", min_window_tokens="300", warmup_tokens="16", max_fallback_bytes=str(1 << 31)
+        tmp,
+        sigma="0.1",
+        rate_threshold="0",
+        min_window_tokens="300",
+        warmup_tokens="16",
+        max_fallback_bytes=str(1 << 31),
     )
     # no prefix cache: the chat template's first token carries a massive activation into some
     # down_proj inputs (σ stays inflated by it); recomputed in every request, it keeps them tripping

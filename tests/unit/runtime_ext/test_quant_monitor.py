@@ -111,5 +111,8 @@ def test_events_round_trip_and_fold_into_the_scan_closed_over_fused_modules():
     thresholds = {**sensitivity.THRESHOLDS, "kl_top": 0.0}
     assert sensitivity.fallback(scores, thresholds) == {}
     folded = sensitivity.fallback(scores, thresholds, events)
-    assert list(folded) == shards and "online fallback ×1: outlier rate 3.1% over 4096 tokens, last t1" in folded[shards[0]]
+    assert (
+        list(folded) == shards
+        and "online fallback ×1: outlier rate 3.1% over 4096 tokens, last t1" in folded[shards[0]]
+    )
     assert json.loads(lines[0])["kind"] == "fallback"
