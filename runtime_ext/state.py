@@ -38,7 +38,8 @@ class QuantStats:
     kept: int = 0
     int8_calls: int = 0
     copy_calls: int = 0
-    standby_calls: int = 0  # matmuls on a monitor's high-precision standby copy
+    standby_calls: int = 0  # matmuls on a monitor's high-precision standby copy (the whole batch)
+    standby_rows_calls: int = 0  # matmuls that recomputed a flagged request's rows on that copy
     weight_bytes: int = 0
     weight_bytes_unquantized: int = 0
     monitor: Any = field(default=None, repr=False, compare=False)

@@ -63,7 +63,8 @@ QUANT_LAYERS = Gauge(
 )
 QUANT_MONITOR = Gauge(
     "structserve_quant_monitor",
-    "Online outlier monitor (quant.monitor) since start: fallbacks (modules it switched), reloads and "
+    "Online outlier monitor (quant.monitor) since start: fallbacks (modules it switched), request_fallbacks "
+    "(requests it moved to high precision), reloads and "
     "reload_errors of the sensitive-layers file, to_int8 (modules a reload moved back), standby (modules "
     "that can fall back), steps, windows_closed",
     ["stat"],
@@ -72,7 +73,7 @@ QUANT_MONITOR = Gauge(
 QUANT_MATMULS = Gauge(
     "structserve_quant_matmuls",
     "Quantized-module matmuls since start by path: int8 (W8A8 INT8 matmul), copy (stage-aware decode "
-    "copy), standby (the monitor's high-precision copy)",
+    "copy), standby (the monitor's high-precision copy), standby_rows (a flagged request's rows on that copy)",
     ["path"],
     registry=REGISTRY,
 )

@@ -71,6 +71,7 @@ class MonitorSettings(BaseModel):
     min_window_tokens: int = Field(256, ge=1)
     warmup_tokens: int = Field(256, ge=2)
     granularity: Literal["layer", "request"] = "layer"
+    min_request_tokens: int = Field(32, ge=1)
     reload_interval_s: float = Field(30.0, gt=0)
     max_fallback_bytes: int = Field(0, ge=0)
     events_path: Path | None = None

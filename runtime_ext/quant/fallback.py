@@ -36,6 +36,7 @@ from runtime_ext.quant.monitor import (
     reload_diff,
 )
 from runtime_ext.quant.policy import shards
+from runtime_ext.quant.request_rows import RequestRows
 from runtime_ext.quant.sensitivity import SensitiveLayersError, load_sensitive_layers
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,9 @@ class FallbackController:
         self.from_file: set[str] = set()  # on standby because the sensitive-layers file lists them
         self.by_monitor: set[str] = set()  # switched by the monitor
         self.unswitchable: set[str] = set()  # wanted high precision, hold no standby copy
-        self.counters = {"steps": 0, "fallbacks": 0, "reloads": 0, "reload_errors": 0, "to_int8": 0}
+        self.counters = {"steps": 0, "fallbacks": 0, "request_fallbacks": 0, "reloads": 0, "reload_errors": 0}
+        self.counters["to_int8"] = 0
+        self.requests = RequestRows(config) if config.granularity == "request" else None
         self._rids: dict[str, None] = {}
         self._digest = self._file_digest()
         self._next_check = time.monotonic() + config.reload_interval_s
@@ -77,14 +80,28 @@ class FallbackController:
         return True
 
     # --- forward ------------------------------------------------------------------------
+    def begin_step(self, forward_batch: Any) -> None:
+        """Before a forward: a due reload; per-request granularity: the rows of each request."""
+        self.maybe_reload()
+        if self.requests is not None:
+            self.requests.begin(forward_batch)
+
     def observe(self, layer: Any, x: torch.Tensor) -> None:
         if self.buffer is None or self.buffer.device != x.device:
             self._allocate(x.device)
         assert self.buffer is not None and self.thresholds is not None
         index = layer.monitor_index
         a = x.detach().abs().amax(dim=-1).float()
-        self.buffer[index].add_(torch.stack((a.sum(), a.square().sum(), (a > self.thresholds[index]).sum().float())))
+        outliers = a > self.thresholds[index]
+        self.buffer[index].add_(torch.stack((a.sum(), a.square().sum(), outliers.sum().float())))
         self.tokens[index] += a.numel()
+        if self.requests is not None:
+            self.requests.prepare(x.device, len(self.layers))
+            self.requests.observe(index, outliers)
+
+    def row_mask(self, rows: int) -> torch.Tensor | None:
+        """Per-request granularity: the rows of flagged requests in this forward (else None)."""
+        return self.requests.row_mask(rows) if self.requests is not None else None
 
     def _allocate(self, device: torch.device) -> None:
         self.buffer = torch.zeros(len(self.layers), 3, device=device)
@@ -104,8 +121,12 @@ class FallbackController:
         }
         self.tokens = [0] * len(self.layers)
         self.monitor.add_step(steps)
-        for name in decide(self.monitor.layers, self.config, self.live() | self.unswitchable):
-            self._fall_back(name)
+        if self.requests is not None:
+            for rid, module, rate, tokens in self.requests.end(list(self.layers)):
+                self._request_falls_back(rid, module, rate, tokens)
+        else:
+            for name in decide(self.monitor.layers, self.config, self.live() | self.unswitchable):
+                self._fall_back(name)
         self.monitor.count_requests(self._new_requests(forward_batch))
         self.maybe_reload()
         assert self.thresholds is not None
@@ -148,6 +169,23 @@ class FallbackController:
             step=self.counters["steps"],
             serving_from_step=self.counters["steps"] + 1,
             request=None,
+        )
+
+    def _request_falls_back(self, rid: str, module: str, rate: float, tokens: int) -> None:
+        self.counters["request_fallbacks"] += 1
+        log.warning(
+            "quant.monitor: request %s continues in high precision (%s outlier rate %.2f%%)", rid, module, 100 * rate
+        )
+        self._event(
+            "fallback",
+            module=module,
+            layers=shards(module),
+            rate=rate,
+            window_tokens=tokens,
+            granularity="request",
+            step=self.counters["steps"],
+            serving_from_step=self.counters["steps"] + 1,
+            request=rid,
         )
 
     # --- reload -------------------------------------------------------------------------

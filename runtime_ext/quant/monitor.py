@@ -23,7 +23,7 @@ from typing import Iterable, Literal, Mapping
 
 from runtime_ext.quant.policy import shards
 
-Granularity = Literal["layer"]
+Granularity = Literal["layer", "request"]
 
 
 class MonitorConfigError(ValueError):
@@ -44,6 +44,7 @@ class MonitorConfig:
     sensitive_layers: str | None = None  # the file to watch (quant.sensitive_layers)
     events_path: str | None = None  # JSON lines: each fallback and reload
     standby: tuple[str, ...] = ()  # SGLang modules that keep a high-precision copy (standby_plan)
+    min_request_tokens: int = 32  # granularity request: a request decides nothing before this many tokens
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "standby", tuple(self.standby))
@@ -56,11 +57,10 @@ class MonitorConfig:
             "reload_interval_s": self.reload_interval_s > 0,
             "max_fallback_bytes": self.max_fallback_bytes >= 0,
         }
-        if self.granularity != "layer":
-            raise MonitorConfigError(
-                f"quant.monitor.granularity={self.granularity!r}: only 'layer' is built (per-request "
-                "fallback is not); use 'layer'"
-            )
+        if self.granularity not in ("layer", "request"):
+            raise MonitorConfigError(f"quant.monitor.granularity={self.granularity!r}: use 'layer' or 'request'")
+        if self.min_request_tokens < 1:
+            raise MonitorConfigError(f"quant.monitor.min_request_tokens={self.min_request_tokens} is out of range")
         for key, ok in checks.items():
             if not ok:
                 raise MonitorConfigError(f"quant.monitor.{key}={getattr(self, key)!r} is out of range")
@@ -122,6 +122,30 @@ def decide(layers: Mapping[str, LayerMonitor], config: MonitorConfig, falling: I
         for name, layer in layers.items()
         if name not in done and layer.window_tokens >= config.min_window_tokens and layer.rate() > config.rate_threshold
     )
+
+
+@dataclass
+class RequestTally:
+    """One request's tokens so far and, per module, how many of them were outliers."""
+
+    tokens: int = 0
+    outliers: dict[str, int] = field(default_factory=dict)
+
+    def add(self, tokens: int, outliers: Mapping[str, int]) -> None:
+        self.tokens += tokens
+        for module, count in outliers.items():
+            self.outliers[module] = self.outliers.get(module, 0) + count
+
+
+def decide_request(tally: RequestTally, config: MonitorConfig) -> tuple[str, float] | None:
+    """Per-request granularity: the module whose outlier share over the request's tokens is
+    highest, with that share, when it is above ``rate_threshold`` after ``min_request_tokens``
+    tokens; else None. The request's remaining tokens then run in high precision."""
+    if tally.tokens < config.min_request_tokens or not tally.outliers:
+        return None
+    module = max(sorted(tally.outliers), key=lambda name: tally.outliers[name])
+    rate = tally.outliers[module] / tally.tokens
+    return (module, rate) if rate > config.rate_threshold else None
 
 
 @dataclass

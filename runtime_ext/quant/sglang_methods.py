@@ -29,6 +29,7 @@ from sglang.srt.layers.quantization.unquant import UnquantizedLinearMethod
 from runtime_ext.config import RuntimeExtConfig
 from runtime_ext.ops import get_op
 from runtime_ext.quant.policy import SCHEMES, QuantPolicy, Scheme, keeps_high_precision
+from runtime_ext.quant.request_rows import mixed_rows
 from runtime_ext.state import QuantStats
 
 PREFIX = "structserve_"
@@ -49,7 +50,7 @@ def _forward_hook(stats: QuantStats) -> Any:
     def around_forward(original: Any, self: Any, forward_batch: Any, *args: Any, **kwargs: Any) -> Any:
         monitor = stats.monitor
         if monitor is not None:
-            monitor.maybe_reload()
+            monitor.begin_step(forward_batch)
         token = _MODE.set(forward_batch.forward_mode)
         try:
             out = original(self, forward_batch, *args, **kwargs)
@@ -133,21 +134,29 @@ class StructserveLinearMethod(LinearMethodBase):
     def apply(self, layer, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])
-        device = x.device.type
-        if self.stats.monitor is not None:
-            self.stats.monitor.observe(layer, x2)
+        monitor = self.stats.monitor
+        if monitor is not None:
+            monitor.observe(layer, x2)
         if getattr(layer, "use_standby", False):  # the monitor switched it (between two forwards)
             self.stats.standby_calls += 1
             y = torch.nn.functional.linear(x2, layer.standby_weight, bias)
-        elif self.policy.scheme != "w8a8_dynamic":
-            y = get_op("weight_only_matmul", device)(x2, layer.prepared, bias)
-        elif getattr(layer, "decode_weight", None) is not None and is_decode():
-            self.stats.copy_calls += 1
-            y = torch.nn.functional.linear(x2, layer.decode_weight, bias)
         else:
-            self.stats.int8_calls += 1
-            y = get_op("w8a8_matmul", device)(x2, layer.wq_t, layer.w_scale, bias)
+            y = self._quantized(layer, x2, bias)
+            mask = monitor.row_mask(x2.shape[0]) if monitor is not None else None
+            if mask is not None and hasattr(layer, "standby_weight"):  # flagged requests' rows
+                self.stats.standby_rows_calls += 1
+                y = mixed_rows(y, x2, layer.standby_weight, bias, mask)
         return y.reshape(*shape[:-1], y.shape[-1])
+
+    def _quantized(self, layer, x2: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        device = x2.device.type
+        if self.policy.scheme != "w8a8_dynamic":
+            return get_op("weight_only_matmul", device)(x2, layer.prepared, bias)
+        if getattr(layer, "decode_weight", None) is not None and is_decode():
+            self.stats.copy_calls += 1
+            return torch.nn.functional.linear(x2, layer.decode_weight, bias)
+        self.stats.int8_calls += 1
+        return get_op("w8a8_matmul", device)(x2, layer.wq_t, layer.w_scale, bias)
 
 
 def _stored_bytes(layer) -> int:

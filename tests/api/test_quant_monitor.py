@@ -6,17 +6,18 @@ the openai client over HTTP, /metrics read from the scheduler).
    INT8: its logprobs differ from the float32 HF model. The requests that cross the threshold
    stream concurrently without an error. Afterwards /metrics shows every module on fallback, and
    the answer is HF float32's: same greedy tokens, logprobs within 1e-4.
-2. ``reload`` server (sigma 50: the monitor never trips; reload every 0.5 s). The
+2. ``reload`` server (per-request granularity; only requests of 100+ tokens can trip; reload
+   every 0.5 s). The
    sensitive-layers file starts with layer 5's qkv, kept and served from its standby copy. A new
    file listing layer 7's down_proj moves both, with no restart. A corrupt file keeps the live
    set and counts an error. Going back to the first file gives the first answer bit for bit.
-   100 streamed requests run while three reloads happen: 0 errors.
+   100 streamed requests run while three reloads happen: 0 errors. Then a long request trips:
+   it alone continues in high precision (its rows on the standby copies), no module switches.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -156,7 +157,15 @@ def reload_server(assets, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("monitor-reload")
     scan = tmp / "sensitive_layers.json"
     write_scan(scan, QKV5)
-    env = monitor_env(tmp, sigma="50", reload_interval_s="0.5", max_fallback_bytes=str(2 << 20))
+    env = monitor_env(  # per request: only a request of 100+ tokens can trip (the others are ~60)
+        tmp,
+        granularity="request",
+        sigma="0.1",
+        rate_threshold="0",
+        min_request_tokens="100",
+        reload_interval_s="0.5",
+        max_fallback_bytes=str(2 << 20),
+    )
     server = ServerProcess(
         assets.smollm2, name="smol-reload", env=env | {"STRUCTSERVE_QUANT__SENSITIVE_LAYERS": str(scan)}
     )
@@ -197,12 +206,39 @@ def test_reload_moves_layers_live_and_a_bad_file_keeps_the_set(reload_server):
 def test_streams_survive_three_reloads(reload_server):
     server, scan = reload_server
     before, _ = monitor_stats(server)
+    finished = []
+
+    def one(i: int) -> int:
+        finished.append(stream_one(server, i, max_tokens=24))
+        return 1
+
     with ThreadPoolExecutor(8) as pool:
-        done = pool.map(lambda i: stream_one(server, i, max_tokens=8), range(100))
-        for layers in (DOWN7, QKV5, DOWN7):
-            time.sleep(0.8)
+        done = pool.map(one, range(100))
+        for n, layers in enumerate((DOWN7, QKV5, DOWN7), start=1):
             write_scan(scan, layers)
+            deadline = time.monotonic() + 60
+            while monitor_stats(server)[0]["reloads"] < before["reloads"] + n and time.monotonic() < deadline:
+                time.sleep(0.2)
+        during = len(finished)
         assert sum(done) == 100
     after, _ = monitor_stats(server)
     assert after["reloads"] - before["reloads"] == 3 and after["reload_errors"] == before["reload_errors"]
-    assert math.isfinite(after["steps"])
+    assert during < 100, "the reloads must land while requests stream"
+
+
+def test_a_long_request_alone_continues_in_high_precision(reload_server):
+    server, scan = reload_server
+    stats, layers = monitor_stats(server)
+    before = matmuls(server)
+    assert stats["request_fallbacks"] == 0, "the short requests above must not trip"
+    client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="x", max_retries=0, timeout=300)
+    long_question = "Summarize this: " + "The sea was calm and the ships sailed home. " * 30
+    reply = client.chat.completions.create(
+        model=server.model_name, messages=[{"role": "user", "content": long_question}], max_tokens=6, temperature=0
+    )
+    after_stats, after_layers = monitor_stats(server)
+    assert after_stats["request_fallbacks"] == 1 and after_layers == layers  # no module switched for everyone
+    assert before["standby_rows"] == 0 and matmuls(server)["standby_rows"] >= 1  # its decode rows, down_proj 7's copy
+    events = [json.loads(line) for line in (scan.parent / "events.jsonl").read_text().splitlines()]
+    [event] = [e for e in events if e["kind"] == "fallback"]
+    assert event["granularity"] == "request" and event["request"] == f"{reply.id}-0"

@@ -37,7 +37,7 @@ def _plugin_gauges(report: dict) -> None:
     _kv_pool(report)
     for state in ("quantized", "kept"):
         m.QUANT_LAYERS.labels(state=state).set(report.get("quant", {}).get(state, 0))
-    for path in ("int8", "copy", "standby"):
+    for path in ("int8", "copy", "standby", "standby_rows"):
         m.QUANT_MATMULS.labels(path=path).set(report.get("quant", {}).get(f"{path}_calls", 0))
     _quant_monitor(report.get("quant", {}).get("monitor"))
     prefix = report.get("prefix_cache", {})
@@ -49,7 +49,16 @@ def _plugin_gauges(report: dict) -> None:
 def _quant_monitor(monitor: dict | None) -> None:
     if not monitor:
         return
-    for stat in ("fallbacks", "reloads", "reload_errors", "to_int8", "standby", "steps", "windows_closed"):
+    for stat in (
+        "fallbacks",
+        "request_fallbacks",
+        "reloads",
+        "reload_errors",
+        "to_int8",
+        "standby",
+        "steps",
+        "windows_closed",
+    ):
         m.QUANT_MONITOR.labels(stat=stat).set(monitor.get(stat, 0))
     for layer, state in monitor.get("layers", {}).items():
         m.QUANT_LAYER_RATE.labels(layer=layer).set(state["rate"])

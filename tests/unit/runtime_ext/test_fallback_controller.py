@@ -1,6 +1,7 @@
 """``FallbackController`` on plain torch modules (no engine): device-side statistics read once
 per step, the switch to the standby copy, hot reload of the sensitive-layers file (a bad file
-keeps the live set) and the events it records."""
+keeps the live set), the events it records, and per-request granularity (only the tripping
+request's rows take the standby weight)."""
 
 from __future__ import annotations
 
@@ -105,3 +106,44 @@ def test_new_requests_are_counted_once_per_window(tmp_path):
     for _ in range(3):
         run_step(ctl, layers, {A: x}, rids=("r1", "r2"))
     assert ctl.monitor.window_requests_seen == 2
+
+
+class Mode:
+    def __init__(self, extend: bool) -> None:
+        self.extend = extend
+
+    def is_extend(self) -> bool:
+        return self.extend
+
+
+def request_step(ctl, module, x, rids, lens, extend=True):
+    batch = SimpleNamespace(rids=list(rids), extend_seq_lens_cpu=list(lens), forward_mode=Mode(extend))
+    ctl.begin_step(batch)
+    ctl.observe(module, x)
+    mask = ctl.row_mask(x.shape[0])
+    ctl.step_end(batch)
+    return mask
+
+
+def test_per_request_only_the_tripping_request_goes_high_precision(tmp_path):
+    ctl, layers = controller(tmp_path, granularity="request", min_request_tokens=16)
+    calm = torch.ones(64, 8) + 0.01 * torch.randn(64, 8)
+    assert request_step(ctl, layers[A], calm, ["warm"], [64]) is None  # warm-up statistics
+    spiky = torch.ones(32, 8) + 0.01 * torch.randn(32, 8)
+    spiky[16:24] *= 50  # 8 of request b's 16 prefill rows
+    assert request_step(ctl, layers[A], spiky, ["a", "b"], [16, 16]) is None  # flagged after this step
+    assert list(ctl.requests.flagged) == ["b"] and ctl.live() == {B}  # no layer switched
+    decode = torch.ones(3, 8)
+    mask = request_step(ctl, layers[A], decode, ["a", "b", "c"], [], extend=False)
+    assert mask.tolist() == [False, True, False]  # b's row only
+    event = [e for e in read_events((tmp_path / "events.jsonl").read_text().splitlines())[0] if e["kind"] == "fallback"]
+    assert event[0]["granularity"] == "request" and event[0]["request"] == "b" and event[0]["module"] == A
+
+
+def test_mixed_rows_replace_only_the_masked_rows():
+    from runtime_ext.quant.request_rows import mixed_rows
+
+    x, w = torch.randn(4, 8), torch.randn(3, 8)
+    quantized = torch.zeros(4, 3)
+    y = mixed_rows(quantized.clone(), x, w, None, torch.tensor([False, True, False, True]))
+    assert torch.equal(y[[0, 2]], quantized[[0, 2]]) and torch.allclose(y[[1, 3]], x[[1, 3]] @ w.T)

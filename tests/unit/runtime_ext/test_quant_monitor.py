@@ -16,8 +16,10 @@ from runtime_ext.quant.monitor import (
     Monitor,
     MonitorConfig,
     MonitorConfigError,
+    RequestTally,
     StepStats,
     decide,
+    decide_request,
     event_line,
     modules_listed,
     read_events,
@@ -88,9 +90,21 @@ def test_reload_diff_keeps_monitor_switches_and_skips_modules_without_standby():
     assert (to_fallback, to_int8, unswitchable) == (["c"], ["a"], ["x"])
 
 
-def test_per_request_granularity_is_refused_with_what_to_use():
-    with pytest.raises(MonitorConfigError, match="only 'layer' is built"):
-        MonitorConfig(granularity="request")  # type: ignore[arg-type]
+def test_a_request_trips_on_its_worst_module_after_enough_tokens():
+    config = MonitorConfig(granularity="request", rate_threshold=0.05, min_request_tokens=40)
+    tally = RequestTally()
+    tally.add(20, {QKV: 5, O: 1})
+    assert decide_request(tally, config) is None  # 20 tokens < 40
+    tally.add(20, {O: 1})
+    assert decide_request(tally, config) == (QKV, 5 / 40)
+    calm = RequestTally()
+    calm.add(100, {QKV: 5})
+    assert decide_request(calm, config) is None  # exactly 5 %: not above
+
+
+def test_bad_settings_name_their_key():
+    with pytest.raises(MonitorConfigError, match="use 'layer' or 'request'"):
+        MonitorConfig(granularity="token")  # type: ignore[arg-type]
     with pytest.raises(MonitorConfigError, match="quant.monitor.sigma"):
         MonitorConfig(sigma=0)
 
