@@ -84,6 +84,6 @@ def test_the_monitor_refuses_what_it_cannot_do(assets):
 
     with pytest.raises(MonitorConfigError, match="needs online quantization"):
         quant_setup(Settings(quant={"monitor": {"enabled": True}}), assets.smollm2)
-    with pytest.raises(MonitorConfigError, match="only 'layer' is built"):
-        settings = Settings(quantization="w8a16", quant={"monitor": {"enabled": True, "granularity": "request"}})
-        quant_setup(settings, assets.smollm2)
+    settings = Settings(quantization="w8a16", quant={"monitor": {"enabled": True, "granularity": "request"}})
+    quant_setup(settings, assets.smollm2)
+    assert RuntimeExtConfig.from_env().quant_monitor.granularity == "request"
