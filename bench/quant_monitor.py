@@ -87,7 +87,8 @@ def start_engine(model: Path, quantized: bool, monitor: dict | None, events: Pat
 
     config = None
     if monitor is not None:
-        config = MonitorConfig(enabled=True, **monitor, events_path=str(events) if events else None)
+        standby = all_modules(model) if monitor.pop("standby_all", False) else ()
+        config = MonitorConfig(enabled=True, **monitor, events_path=str(events) if events else None, standby=standby)
     runtime = replace(RuntimeExtConfig.from_env(), quant_policy=QuantPolicy("w8a8_dynamic"), quant_monitor=config)
     runtime.export()
     options = EngineOptions(
@@ -97,6 +98,14 @@ def start_engine(model: Path, quantized: bool, monitor: dict | None, events: Pat
         quantization="structserve_w8a8_dynamic" if quantized else None,
     )
     return sglang.Engine(**options.engine_kwargs())
+
+
+def all_modules(model: Path) -> tuple[str, ...]:
+    """Every quantized SGLang module of ``model`` (fused names), for a standby copy each."""
+    from runtime_ext.quant.policy import fused_module, linear_layer_names
+    from service.startup import ModelInfo
+
+    return tuple(sorted({fused_module(n)[0] for n in linear_layer_names(list(ModelInfo.read(model).tensors))}))
 
 
 def quant_report(engine) -> dict:
@@ -149,7 +158,7 @@ def effect_row(model: Path, kind: str, warmup: list[list[int]], held: list[list[
     """Warm-up requests (rates recorded after each), then held-out perplexity."""
     events = WORK / f"events-{kind}.jsonl"
     events.unlink(missing_ok=True)
-    monitor = {**DEFAULT, "max_fallback_bytes": 1 << 31} if kind == "INT8 + online fallback" else None
+    monitor = {**DEFAULT, "standby_all": True} if kind == "INT8 + online fallback" else None
     engine = start_engine(model, kind != "bf16", monitor, events)
     try:
         history = []

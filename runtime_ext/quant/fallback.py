@@ -2,16 +2,17 @@
 
 One ``FallbackController`` per process (``QuantStats.monitor``), built by the quantization
 config when ``RuntimeExtConfig.quant_monitor`` is on. The logic is ``runtime_ext.quant.monitor``.
-- ``attach(layer, prefix, starts_high)`` at load: the module gets a row of the statistics buffer,
-  and, when the standby plan names it, ``standby_weight`` (its high-precision weight). A module
-  the policy keeps starts on that copy (a reload may move it to its INT8 path).
-- ``observe(layer, x)`` in ``apply``: the per-token absmax of the input, summed on the device
-  into the module's row of one ``[n, 3]`` buffer (Σa, Σa², outliers against the module's
-  threshold). There is no host sync; the token count is the input's shape.
-- ``step_end(forward_batch)`` after each forward (the ``_forward_raw`` AROUND hook). It reads the
-  buffer once, updates the statistics and counts new requests (windows), then switches the
-  modules ``decide`` names. When due, it re-reads the sensitive-layers file. New thresholds go
-  back to the device.
+- ``attach(layer, prefix, starts_high)`` at load: the module gets an index, and, when the
+  standby plan names it, ``standby_weight`` (its high-precision weight). A module the policy
+  keeps starts on that copy (a reload may move it to its INT8 path).
+- ``observe(layer, x)`` in ``apply``: the per-token absmax of the input (``abs().amax(-1)``, the
+  cheapest form on CPU: 7 µs for 8 bf16 rows of 576 vs 18 µs for an inf-norm), kept on the
+  device for the step. There is no host sync.
+- ``step_end(forward_batch)`` after each forward (the ``_forward_raw`` AROUND hook). It stacks the
+  step's absmax vectors, compares them with the modules' thresholds, and sums Σa, Σa² and the
+  outliers for every module at once. That is the step's one host read. It then updates the
+  statistics and counts new requests (windows), and switches the modules ``decide`` names.
+  A re-read of the sensitive-layers file, when due, comes before the next forward.
 Switching sets ``layer.use_standby`` between two forwards, so one matmul never mixes paths.
 """
 
@@ -51,9 +52,7 @@ class FallbackController:
     def __init__(self, config: MonitorConfig) -> None:
         self.config, self.monitor = config, Monitor(config)
         self.layers: dict[str, Any] = {}  # module prefix -> the SGLang module (row order)
-        self.tokens: list[int] = []
-        self.buffer: torch.Tensor | None = None
-        self.thresholds: torch.Tensor | None = None
+        self.pending: list[tuple[int, torch.Tensor]] = []  # (module index, per-token absmax) this step
         self.from_file: set[str] = set()  # on standby because the sensitive-layers file lists them
         self.by_monitor: set[str] = set()  # switched by the monitor
         self.unswitchable: set[str] = set()  # wanted high precision, hold no standby copy
@@ -70,7 +69,6 @@ class FallbackController:
         caller must then not free it)."""
         layer.monitor_index, layer.use_standby = len(self.layers), False
         self.layers[prefix] = layer
-        self.tokens.append(0)
         if prefix not in self.config.standby:
             return False
         layer.standby_weight = layer.weight.data
@@ -87,50 +85,48 @@ class FallbackController:
             self.requests.begin(forward_batch)
 
     def observe(self, layer: Any, x: torch.Tensor) -> None:
-        if self.buffer is None or self.buffer.device != x.device:
-            self._allocate(x.device)
-        assert self.buffer is not None and self.thresholds is not None
-        index = layer.monitor_index
-        a = x.detach().abs().amax(dim=-1).float()
-        outliers = a > self.thresholds[index]
-        self.buffer[index].add_(torch.stack((a.sum(), a.square().sum(), outliers.sum().float())))
-        self.tokens[index] += a.numel()
+        self.pending.append((layer.monitor_index, x.detach().abs().amax(dim=-1)))
         if self.requests is not None:
-            self.requests.prepare(x.device, len(self.layers))
-            self.requests.observe(index, outliers)
+            self.requests.prepare(x.device)
 
     def row_mask(self, rows: int) -> torch.Tensor | None:
         """Per-request granularity: the rows of flagged requests in this forward (else None)."""
         return self.requests.row_mask(rows) if self.requests is not None else None
 
-    def _allocate(self, device: torch.device) -> None:
-        self.buffer = torch.zeros(len(self.layers), 3, device=device)
-        self.thresholds = torch.tensor(self.monitor.thresholds(self.layers), device=device)
-
     def step_end(self, forward_batch: Any) -> None:
-        """Once per forward: the one host read of the statistics, decisions, reload."""
-        if self.buffer is None or not any(self.tokens):
+        """Once per forward: the statistics of every module (one host read), decisions."""
+        if not self.pending:
             return
         self.counters["steps"] += 1
-        sums = self.buffer.tolist()
-        self.buffer.zero_()
-        steps = {
-            name: StepStats(n, row[0], row[1], int(row[2]))
-            for (name, row, n) in zip(self.layers, sums, self.tokens)
-            if n
-        }
-        self.tokens = [0] * len(self.layers)
+        steps = self._read_step()
+        self.pending = []
         self.monitor.add_step(steps)
         if self.requests is not None:
-            for rid, module, rate, tokens in self.requests.end(list(self.layers)):
+            for rid, module, rate, tokens in self.requests.end():
                 self._request_falls_back(rid, module, rate, tokens)
         else:
             for name in decide(self.monitor.layers, self.config, self.live() | self.unswitchable):
                 self._fall_back(name)
         self.monitor.count_requests(self._new_requests(forward_batch))
-        self.maybe_reload()
-        assert self.thresholds is not None
-        self.thresholds.copy_(torch.tensor(self.monitor.thresholds(self.layers)))
+
+    def _read_step(self) -> dict[str, StepStats]:
+        """Σa, Σa² and outliers of each module observed this step, all modules in a few ops."""
+        names, groups = list(self.layers), {}
+        thresholds = self.monitor.thresholds(names)
+        for index, a in self.pending:  # every module sees the batch's rows; group defensively
+            groups.setdefault(a.numel(), []).append((index, a))
+        steps: dict[str, StepStats] = {}
+        for items in groups.values():
+            indices = [i for i, _ in items]
+            a = torch.stack([v for _, v in items]).float()
+            limit = torch.tensor([thresholds[i] for i in indices], device=a.device)
+            outliers = a > limit[:, None]
+            sums = torch.stack((a.sum(1), a.square().sum(1), outliers.sum(1).float()), 1).tolist()
+            for i, (total, squares, count) in zip(indices, sums):
+                steps[names[i]] = StepStats(a.shape[1], total, squares, int(count))
+            if self.requests is not None:
+                self.requests.count([names[i] for i in indices], outliers)
+        return steps
 
     def _new_requests(self, forward_batch: Any) -> int:
         rids = getattr(forward_batch, "rids", None) or []

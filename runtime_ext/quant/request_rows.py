@@ -5,11 +5,12 @@ The other requests in the same batch keep the quantized path. ``RequestRows`` do
 forward:
 - ``begin(forward_batch)``: which request owns each row. An extend batch gives
   ``extend_seq_lens_cpu`` rows per request; a decode batch gives one row each.
-- ``prepare``, at the first ``observe`` of the step: the row → request index on the device, the
-  mask of the rows of flagged requests, and a ``[modules, requests]`` outlier-count buffer.
-- ``observe``: adds one module's per-row outlier flags into that buffer (``index_add_``, no sync).
-- ``end``: one host read; adds each request's tokens and outliers to its ``RequestTally``, and
-  flags the requests ``decide_request`` names.
+- ``prepare``, at the first ``observe`` of the step: the row → request index on the device and
+  the mask of the rows of flagged requests.
+- ``count``, at the step's end: the ``[modules, rows]`` outlier flags summed per request
+  (``index_add_``) and read once.
+- ``end``: adds each request's tokens and outliers to its ``RequestTally``, and flags the
+  requests ``decide_request`` names.
 ``mixed_rows`` is what ``apply`` does with the mask: the flagged rows are recomputed with the
 module's standby weight.
 """
@@ -41,7 +42,7 @@ class RequestRows:
         self.lens: list[int] = []
         self.rows: torch.Tensor | None = None
         self.mask: torch.Tensor | None = None
-        self.counts: torch.Tensor | None = None
+        self.table: dict[str, list[float]] = {}  # module -> outliers per request, this step
 
     def begin(self, forward_batch: Any) -> None:
         rids = list(getattr(forward_batch, "rids", None) or [])
@@ -49,37 +50,39 @@ class RequestRows:
         extend = mode is not None and mode.is_extend()
         lens = list(getattr(forward_batch, "extend_seq_lens_cpu", None) or []) if extend else [1] * len(rids)
         self.rids, self.lens = (rids, lens) if len(lens) == len(rids) else ([], [])
-        self.rows = self.mask = self.counts = None
+        self.rows = self.mask = None
+        self.table = {}
 
-    def prepare(self, device: torch.device, modules: int) -> None:
+    def prepare(self, device: torch.device) -> None:
         if self.rows is not None or not self.rids:
             return
         owners = torch.arange(len(self.rids), device=device)
         self.rows = torch.repeat_interleave(owners, torch.tensor(self.lens, device=device))
         hit = [i for i, rid in enumerate(self.rids) if rid in self.flagged]
         self.mask = torch.isin(self.rows, torch.tensor(hit, device=device)) if hit else None
-        self.counts = torch.zeros(modules, len(self.rids), device=device)
 
-    def observe(self, index: int, outliers: torch.Tensor) -> None:
-        """``outliers``: one module's per-row flags (bool ``[T]``)."""
-        if self.rows is not None and self.counts is not None and self.rows.numel() == outliers.numel():
-            self.counts[index].index_add_(0, self.rows, outliers.float())
+    def count(self, names: list[str], outliers: torch.Tensor) -> None:
+        """``outliers``: the per-row flags of the modules ``names`` (bool ``[modules, rows]``)."""
+        if self.rows is None or self.rows.numel() != outliers.shape[1]:
+            return
+        per_request = torch.zeros(len(names), len(self.rids), device=outliers.device)
+        per_request.index_add_(1, self.rows, outliers.float())
+        self.table.update(zip(names, per_request.tolist()))
 
     def row_mask(self, rows: int) -> torch.Tensor | None:
         """The flagged requests' rows for an input of ``rows`` rows (None: none, or a padded batch)."""
         mask = self.mask
         return mask if mask is not None and mask.numel() == rows else None
 
-    def end(self, names: list[str]) -> list[tuple[str, str, float, int]]:
+    def end(self) -> list[tuple[str, str, float, int]]:
         """The requests flagged by this step: ``(rid, module, rate, tokens)``."""
-        if self.counts is None:
+        if not self.table:
             return []
-        table = self.counts.tolist()
         newly = []
         for i, rid in enumerate(self.rids):
             tally = self.tallies.setdefault(rid, RequestTally())
             self.tallies.move_to_end(rid)
-            tally.add(self.lens[i], {name: int(table[m][i]) for m, name in enumerate(names) if table[m][i]})
+            tally.add(self.lens[i], {name: int(row[i]) for name, row in self.table.items() if row[i]})
             if rid not in self.flagged and (hit := decide_request(tally, self.config)) is not None:
                 self.flagged[rid] = hit[0]
                 newly.append((rid, hit[0], hit[1], tally.tokens))
