@@ -39,7 +39,7 @@ from tqdm import tqdm
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 WORK = Path("/tmp/structserve-bench-monitor")
-COMMA_BOOST = 40.0  # × the embedding row's RMS, in one channel
+COMMA_BOOST = 40.0  # × the embedding row's RMS, in one channel (--boost)
 DEFAULT = {"sigma": 4.0, "rate_threshold": 0.01, "window_requests": 1000, "min_window_tokens": 256}
 
 
@@ -50,7 +50,7 @@ def spiked_copy(base: Path) -> Path:
     from safetensors.torch import load_file, save_file
     from transformers import AutoTokenizer
 
-    out = WORK / "smollm2-massive"
+    out = WORK / f"smollm2-massive-{COMMA_BOOST:g}"
     if (out / "config.json").is_file():
         return out
     out.mkdir(parents=True, exist_ok=True)
@@ -199,12 +199,16 @@ def plot(history: list[dict[str, float]], events: list[dict], path: Path) -> Non
     import matplotlib.pyplot as plt
 
     tripped = sorted({e["module"] for e in events if e["kind"] == "fallback"})
+    switched = {e["module"]: e["step"] - 1 for e in events if e["kind"] == "fallback"}  # one step per request
     fig, ax = plt.subplots(figsize=(9, 4.5))
     for name in tripped[:12]:
-        ax.plot([100 * h.get(name, 0.0) for h in history], label=name.replace("model.layers.", "L"), lw=1)
+        rates = [100 * h.get(name, 0.0) for h in history]
+        (line,) = ax.plot(rates, label=name.replace("model.layers.", "L"), lw=1)
+        at = min(switched[name], len(rates) - 1)
+        ax.plot([at], [rates[at]], marker="v", ms=7, color=line.get_color())  # the fallback
     ax.axhline(100 * DEFAULT["rate_threshold"], color="k", ls="--", lw=0.8, label="rate threshold")
     first = min((e["step"] for e in events if e["kind"] == "fallback"), default=None)
-    ax.set_title(f"Outlier rate of the modules that fell back ({len(tripped)}; first at step {first})")
+    ax.set_title(f"Outlier rate of the modules that fell back ({len(tripped)}; ▼ = fallback, first at step {first})")
     ax.set_xlabel("warm-up request")
     ax.set_ylabel("window outlier rate (%)")
     ax.legend(fontsize=6, ncol=2)
@@ -218,7 +222,9 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=512)
     parser.add_argument("--warmup", type=int, default=24, help="warm-up requests of 128 calibration tokens")
     parser.add_argument("--skip-overhead", action="store_true")
+    parser.add_argument("--boost", type=float, default=COMMA_BOOST, help="the massive activation, × the row RMS")
     args = parser.parse_args()
+    globals()["COMMA_BOOST"] = args.boost
     from transformers import AutoTokenizer
 
     from assets import calibration_text, eval_text, fetch
@@ -237,6 +243,7 @@ def main() -> None:
     rows = {k: effect_row(model, k, warmup, held) for k in ("all INT8", "INT8 + online fallback", "bf16")}
     print_effect(console, rows, held)
     fallback = rows["INT8 + online fallback"]
+    (WORK / f"fallback-{COMMA_BOOST:g}.json").write_text(json.dumps({k: fallback[k] for k in ("history", "events")}))
     plot(fallback["history"], fallback["events"], ROOT / "docs" / "img" / "quant_monitor_rates.png")
     print_switch(console, fallback["events"], select_cost())
 
