@@ -9,16 +9,18 @@
    arXiv:2402.17762). SmolLM2-135M has only mild ones. The copy adds one: the "," token's input
    embedding gets +A in one channel, and lm_head is untied so the output side is unchanged.
    Three engines serve it: all INT8, INT8 + the online fallback (every module may fall back),
-   and bf16. Each first serves a warm-up of calibration text, one request at a time (the monitor
-   trips there). Each then reports held-out perplexity. The table lists the modules that fell
-   back.
+   and bf16. Each first serves a warm-up of calibration text, one request at a time, then the
+   held-out windows, and reports their perplexity; the table lists the modules that fell back.
+   With ``--drift`` the warm-up text has no ',': the traffic changes at the held-out text, which
+   is the case the monitor is for.
 3. **Switch.** Steps from the decision to the first high-precision forward (events), and the
    per-layer cost in ``apply``: the flag read and ``observe``.
 
 Writes ``docs/img/quant_monitor_rates.png``: the outlier rate of the tripped modules per warm-up
 request, with the fallback marked.
 
-    .venv/bin/python bench/quant_monitor.py
+    .venv/bin/python bench/quant_monitor.py                                 # overhead + effect, boost 40
+    .venv/bin/python bench/quant_monitor.py --skip-overhead --boost 300 --drift
 """
 
 from __future__ import annotations
@@ -144,13 +146,14 @@ def overhead(base: Path, windows: list[list[int]]) -> dict[str, dict[str, float]
     return best
 
 
-def perplexity(engine, windows: list[list[int]]) -> float:
+def perplexity(engine, windows: list[list[int]], after_each=lambda: None) -> float:
     logprobs: list[float] = []
     for ids in windows:
         out = engine.generate(
             input_ids=[ids], sampling_params={"max_new_tokens": 1}, return_logprob=True, logprob_start_len=0
         )[0]
         logprobs += [lp[0] for lp in out["meta_info"]["input_token_logprobs"] if lp[0] is not None]
+        after_each()
     return math.exp(-sum(logprobs) / len(logprobs))
 
 
@@ -161,12 +164,16 @@ def effect_row(model: Path, kind: str, warmup: list[list[int]], held: list[list[
     monitor = {**DEFAULT, "standby_all": True} if kind == "INT8 + online fallback" else None
     engine = start_engine(model, kind != "bf16", monitor, events)
     try:
-        history = []
-        for ids in tqdm(warmup, desc=f"{kind}: warm-up"):
-            engine.generate(input_ids=[ids], sampling_params={"max_new_tokens": 1})
+        history: list[dict[str, float]] = []
+
+        def record() -> None:
             if monitor is not None:
                 history.append({n: s["rate"] for n, s in quant_report(engine)["monitor"]["layers"].items()})
-        ppl = perplexity(engine, held)
+
+        for ids in tqdm(warmup, desc=f"{kind}: warm-up"):
+            engine.generate(input_ids=[ids], sampling_params={"max_new_tokens": 1})
+            record()
+        ppl = perplexity(engine, held, record)
         report = quant_report(engine).get("monitor", {})
     finally:
         engine.shutdown()
@@ -192,7 +199,7 @@ def select_cost() -> dict[str, float]:
     return out
 
 
-def plot(history: list[dict[str, float]], events: list[dict], path: Path) -> None:
+def plot(history: list[dict[str, float]], events: list[dict], warmup: int, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -207,9 +214,10 @@ def plot(history: list[dict[str, float]], events: list[dict], path: Path) -> Non
         at = min(switched[name], len(rates) - 1)
         ax.plot([at], [rates[at]], marker="v", ms=7, color=line.get_color())  # the fallback
     ax.axhline(100 * DEFAULT["rate_threshold"], color="k", ls="--", lw=0.8, label="rate threshold")
+    ax.axvline(warmup - 0.5, color="grey", lw=0.8, label="warm-up | held-out text")
     first = min((e["step"] for e in events if e["kind"] == "fallback"), default=None)
     ax.set_title(f"Outlier rate of the modules that fell back ({len(tripped)}; ▼ = fallback, first at step {first})")
-    ax.set_xlabel("warm-up request")
+    ax.set_xlabel("request (one forward each: warm-up, then the held-out windows)")
     ax.set_ylabel("window outlier rate (%)")
     ax.legend(fontsize=6, ncol=2)
     fig.tight_layout()
@@ -223,6 +231,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=24, help="warm-up requests of 128 calibration tokens")
     parser.add_argument("--skip-overhead", action="store_true")
     parser.add_argument("--boost", type=float, default=COMMA_BOOST, help="the massive activation, × the row RMS")
+    parser.add_argument(
+        "--drift", action="store_true", help="warm up on text without ',' (traffic changes at the held-out text)"
+    )
     args = parser.parse_args()
     globals()["COMMA_BOOST"] = args.boost
     from transformers import AutoTokenizer
@@ -234,7 +245,8 @@ def main() -> None:
     tok = AutoTokenizer.from_pretrained(str(base))
     held_ids = tok.encode(eval_text()[: args.windows * args.window * 8], add_special_tokens=False)
     held = [held_ids[i * args.window : (i + 1) * args.window] for i in range(args.windows)]
-    calib = tok.encode(calibration_text()[: args.warmup * 128 * 8], add_special_tokens=False)
+    warm_text = calibration_text()[: args.warmup * 128 * 8]
+    calib = tok.encode(warm_text.replace(",", "") if args.drift else warm_text, add_special_tokens=False)
     warmup = [calib[i * 128 : (i + 1) * 128] for i in range(args.warmup)]
     console = Console(width=160)
     if not args.skip_overhead:
@@ -243,8 +255,11 @@ def main() -> None:
     rows = {k: effect_row(model, k, warmup, held) for k in ("all INT8", "INT8 + online fallback", "bf16")}
     print_effect(console, rows, held)
     fallback = rows["INT8 + online fallback"]
-    (WORK / f"fallback-{COMMA_BOOST:g}.json").write_text(json.dumps({k: fallback[k] for k in ("history", "events")}))
-    plot(fallback["history"], fallback["events"], ROOT / "docs" / "img" / "quant_monitor_rates.png")
+    (WORK / f"fallback-{COMMA_BOOST:g}{'-drift' if args.drift else ''}.json").write_text(
+        json.dumps({k: fallback[k] for k in ("history", "events")})
+    )
+    name = "quant_monitor_rates_drift.png" if args.drift else "quant_monitor_rates.png"
+    plot(fallback["history"], fallback["events"], len(warmup), ROOT / "docs" / "img" / name)
     print_switch(console, fallback["events"], select_cost())
 
 
