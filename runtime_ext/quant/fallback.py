@@ -56,8 +56,9 @@ class FallbackController:
         self.from_file: set[str] = set()  # on standby because the sensitive-layers file lists them
         self.by_monitor: set[str] = set()  # switched by the monitor
         self.unswitchable: set[str] = set()  # wanted high precision, hold no standby copy
-        self.counters = {"steps": 0, "fallbacks": 0, "request_fallbacks": 0, "reloads": 0, "reload_errors": 0}
-        self.counters["to_int8"] = 0
+        self.counters = dict.fromkeys(
+            ("steps", "fallbacks", "request_fallbacks", "reloads", "reload_errors", "to_int8"), 0
+        )
         self.requests = RequestRows(config) if config.granularity == "request" else None
         self._rids: dict[str, None] = {}
         self._digest = self._file_digest()
