@@ -37,11 +37,15 @@ class SensitiveLayersError(ValueError):
     """A sensitive-layers file that cannot be used (names what is wrong)."""
 
 
-def load_sensitive_layers(path: Path) -> list[str]:
+def _read(path: Path) -> Any:
     try:
-        data = json.loads(Path(path).read_text())
+        return json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise SensitiveLayersError(f"cannot read sensitive-layers file {path}: {exc}") from exc
+
+
+def load_sensitive_layers(path: Path) -> list[str]:
+    data = _read(path)
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("layers"), list):
         raise SensitiveLayersError(f"{path} is not a {FORMAT} file; write one with `structserve quant scan`")
     return list(fused_closure(str(name) for name in data["layers"]))
@@ -49,10 +53,7 @@ def load_sensitive_layers(path: Path) -> list[str]:
 
 def load_scores(path: Path) -> dict[str, dict[str, float]]:
     """The per-layer scores of a scan file (``{}`` when it has none)."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise SensitiveLayersError(f"cannot read sensitive-layers file {path}: {exc}") from exc
+    data = _read(path)
     scores = data.get("scores") if isinstance(data, dict) else None
     return scores if isinstance(scores, dict) else {}
 
