@@ -8,6 +8,8 @@ is the environment. The service builds one ``RuntimeExtConfig`` at startup and w
 
 Knobs:
 - ``kv_calibration``: the static C8 scales file (``kv_cache: c8_static*``).
+- ``kv_rotation``: which of K/V the C8 methods store Hadamard-rotated (``none``, ``k``, ``kv``;
+  ``runtime_ext.kv_cache.rotation``).
 - ``quant_policy``: what the ``structserve_<scheme>`` linear methods quantize (None: the
   scheme's defaults).
 - ``combine_blocks``: ``C`` of the ``structserve_combined`` prefix cache (match in units of C pages).
@@ -31,6 +33,9 @@ from runtime_ext.quant.monitor import MonitorConfig
 from runtime_ext.quant.policy import QuantPolicy
 
 AttentionImpl = Literal["structserve", "sglang"]
+KVRotation = Literal["none", "k", "kv"]
+KV_ROTATIONS: tuple[KVRotation, ...] = ("none", "k", "kv")
+DEFAULT_KV_ROTATION: KVRotation = "kv"
 
 _KV_CALIBRATION = "STRUCTSERVE_KV_CALIBRATION"  # also the settings variable for kv_calibration
 _QUANT = "STRUCTSERVE_QUANT"
@@ -38,7 +43,8 @@ _COMBINE_BLOCKS = "STRUCTSERVE_COMBINE_BLOCKS"
 _PREFIX_EVENTS = "STRUCTSERVE_PREFIX_EVENTS"
 _ATTENTION = "STRUCTSERVE_ATTENTION"
 _QUANT_MONITOR = "STRUCTSERVE_QUANT_MONITOR"
-ENV_NAMES = (_KV_CALIBRATION, _QUANT, _COMBINE_BLOCKS, _PREFIX_EVENTS, _ATTENTION, _QUANT_MONITOR)
+_KV_ROTATION = "STRUCTSERVE_KV_ROTATION"  # also the settings variable for kv_rotation
+ENV_NAMES = (_KV_CALIBRATION, _QUANT, _COMBINE_BLOCKS, _PREFIX_EVENTS, _ATTENTION, _QUANT_MONITOR, _KV_ROTATION)
 
 
 class RuntimeConfigError(ValueError):
@@ -53,6 +59,7 @@ class RuntimeExtConfig:
     prefix_events: Path | None = None
     attention: AttentionImpl = "structserve"
     quant_monitor: MonitorConfig | None = None
+    kv_rotation: KVRotation = DEFAULT_KV_ROTATION
 
     def require_kv_calibration(self) -> Path:
         if self.kv_calibration is None:
@@ -61,7 +68,7 @@ class RuntimeExtConfig:
 
     def to_env(self) -> dict[str, str]:
         """The environment variables that carry this config (unset knobs are absent)."""
-        env = {_COMBINE_BLOCKS: str(self.combine_blocks), _ATTENTION: self.attention}
+        env = {_COMBINE_BLOCKS: str(self.combine_blocks), _ATTENTION: self.attention, _KV_ROTATION: self.kv_rotation}
         if self.kv_calibration is not None:
             env[_KV_CALIBRATION] = str(self.kv_calibration)
         if self.quant_policy is not None:
@@ -91,4 +98,12 @@ class RuntimeExtConfig:
             prefix_events=Path(events) if events else None,
             attention="sglang" if environ.get(_ATTENTION) == "sglang" else "structserve",
             quant_monitor=MonitorConfig(**json.loads(monitor)) if (monitor := environ.get(_QUANT_MONITOR)) else None,
+            kv_rotation=_rotation(environ.get(_KV_ROTATION, DEFAULT_KV_ROTATION)),
         )
+
+
+def _rotation(value: str) -> KVRotation:
+    for known in KV_ROTATIONS:
+        if value == known:
+            return known
+    raise RuntimeConfigError(f"{_KV_ROTATION}={value!r}; valid: {', '.join(KV_ROTATIONS)}")

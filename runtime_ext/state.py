@@ -24,6 +24,10 @@ class KVCacheState:
         """The KV method this process's pool was built with ("unquantized" unless one of ours)."""
         return self.built.name if self.built is not None else "unquantized"
 
+    def rotation(self) -> str:
+        """Which of K/V the built method stores Hadamard-rotated ("none" without one of ours)."""
+        return self.built.rotation.which if self.built is not None else "none"
+
     def method_stats(self) -> dict:
         """Side-buffer statistics of the built method (outlier rate etc.; empty if none)."""
         return self.built.stats() if self.built is not None else {}

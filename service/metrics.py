@@ -45,6 +45,12 @@ KV_METHOD = Gauge(
     ["method"],
     registry=REGISTRY,
 )
+KV_ROTATION = Gauge(
+    "structserve_kv_rotation",
+    "1 for what the C8 KV method stores Hadamard-rotated (none, k, kv; reported from the scheduler)",
+    ["rotation"],
+    registry=REGISTRY,
+)
 KV_POOL_BYTES = Gauge(
     "structserve_kv_pool_bytes", "KV pool memory as allocated (values, scales, side buffers)", registry=REGISTRY
 )

@@ -15,6 +15,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from runtime_ext.config import DEFAULT_KV_ROTATION, KVRotation
+
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 DEFAULT_CONFIG = CONFIG_DIR / "default.yaml"
 CONFIG_ENV = "STRUCTSERVE_CONFIG"
@@ -137,6 +139,7 @@ class Settings(BaseSettings):
     tool_format: str = "auto"
     kv_cache: Literal["bf16", "c8_dynamic", "c8_static", "c8_static_residual"] = "bf16"
     kv_calibration: Path | None = None
+    kv_rotation: KVRotation = DEFAULT_KV_ROTATION  # C8 only: which of K/V are stored Hadamard-rotated
     quantization: Literal["none", "w8a8_dynamic", "w8a16", "w4a16"] = "none"
     quant: QuantSettings = QuantSettings()
     prefix_cache: PrefixCacheSettings = PrefixCacheSettings()

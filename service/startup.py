@@ -105,7 +105,15 @@ def _tensor_shapes(model_dir: Path) -> dict[str, tuple[list[int], str]]:
 
 def check_kv_cache(settings: Settings, info: ModelInfo) -> Calibration | None:
     """The static modes need a calibration file made for this model (a startup error
-    otherwise); the scheduler process gets its path in ``RuntimeExtConfig``. Returns it (or None)."""
+    otherwise); the scheduler process gets its path in ``RuntimeExtConfig``. Returns it (or None).
+    A rotated C8 cache needs a head dim that has a Hadamard matrix (a power of two)."""
+    if settings.kv_cache != "bf16" and settings.kv_rotation != "none":
+        dim = info.require_kv_shape()[2]
+        if dim & (dim - 1):
+            raise ValueError(
+                f"kv_rotation {settings.kv_rotation} needs a power-of-two head dim (Hadamard), the model's is {dim}: "
+                "set kv_rotation: none (STRUCTSERVE_KV_ROTATION=none)"
+            )
     if settings.kv_cache not in STATIC_MODES:
         return None
     if settings.kv_calibration is None:
@@ -113,7 +121,7 @@ def check_kv_cache(settings: Settings, info: ModelInfo) -> Calibration | None:
             f"kv_cache {settings.kv_cache} needs kv_calibration (STRUCTSERVE_KV_CALIBRATION): a file "
             "from `structserve kv calibrate --model ... --out FILE`"
         )
-    return load_calibration(settings.kv_calibration, *info.require_kv_shape())
+    return load_calibration(settings.kv_calibration, *info.require_kv_shape(), settings.kv_rotation)
 
 
 def pool_tokens(settings: Settings, info: ModelInfo, calib: Calibration | None = None) -> int:
@@ -220,6 +228,7 @@ def engine_setup(settings: Settings, info: ModelInfo) -> EngineSetup:
     runtime = replace(  # the attention choice has no setting: it stays what the environment says
         RuntimeExtConfig.from_env(),
         kv_calibration=settings.kv_calibration.resolve() if calib is not None else None,
+        kv_rotation=settings.kv_rotation,
         quant_policy=policy,
         combine_blocks=prefix.combine_blocks,
         prefix_events=prefix.events_path,

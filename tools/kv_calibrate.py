@@ -2,21 +2,26 @@
 
 ``calibrate`` runs real text through the model (HF transformers, float32) in chunks,
 reads the post-RoPE K and V each layer caches, and records per layer / K-or-V / head /
-channel absmax -> static scales ``absmax / 127``. It then measures, on the same tokens,
-the relative INT8 error ε = ‖x − deq(q(x))‖/‖x‖ of every (token, head) vector under those
-scales, and sets the residual threshold τ = 3 × mean ε (the outlier rate is the share
-of vectors above τ). The file it writes, and its loading while serving, are
+channel absmax -> static scales ``absmax / 127`` (of the Hadamard-rotated K, and V, when
+``rotation`` says the server stores them rotated: ``runtime_ext.kv_cache.rotation``). It
+then measures, on the same tokens, the relative INT8 error ε = ‖x − deq(q(x))‖/‖x‖ of
+every (token, head) vector under those scales, and sets the residual threshold τ = 3 × mean ε
+(the outlier rate is the share of vectors above τ). The file it writes, and its loading while serving, are
 ``runtime_ext.kv_cache.calibration``.
 """
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Callable, Iterable, Optional
 
 import typer
 
+from runtime_ext.config import DEFAULT_KV_ROTATION, KV_ROTATIONS
 from runtime_ext.kv_cache.calibration import Calibration
+
+KVRotationChoice = Enum("KVRotationChoice", {name: name for name in KV_ROTATIONS}, type=str)  # type: ignore[misc]
 
 TAU_FACTOR = 3.0
 
@@ -34,6 +39,7 @@ def calibrate(
     *,
     tokens: int = 2048,
     chunk: int = 256,
+    rotation: str = DEFAULT_KV_ROTATION,
     progress: Callable[[Iterable[Any]], Iterable[Any]] = lambda it: it,
 ) -> Calibration:
     """Scales and τ for ``model_dir`` from the first ``tokens`` tokens of ``text``."""
@@ -55,8 +61,8 @@ def calibrate(
                     keys.append([]), values.append([])
                 keys[layer].append(entry.keys[0].transpose(0, 1))  # [T, H, D]
                 values[layer].append(entry.values[0].transpose(0, 1))
-    k = [torch.cat(parts) for parts in keys]
-    v = [torch.cat(parts) for parts in values]
+    k = [_space(torch.cat(parts), rotation in ("k", "kv")) for parts in keys]
+    v = [_space(torch.cat(parts), rotation == "kv") for parts in values]
     k_scale = [(x.abs().amax(dim=0) / kv_ref.INT8_MAX).clamp_min(1e-8) for x in k]
     v_scale = [(x.abs().amax(dim=0) / kv_ref.INT8_MAX).clamp_min(1e-8) for x in v]
     eps = torch.cat(
@@ -79,7 +85,15 @@ def calibrate(
         eps_p99=float(eps.quantile(0.99)),
         outlier_rate=float((eps > tau).float().mean()),
         tokens=len(ids),
+        rotation=rotation,
     )
+
+
+def _space(x: Any, rotated: bool) -> Any:
+    """``x[T, H, D]`` in the space the server stores it (Hadamard-rotated or not)."""
+    from runtime_ext.ops import kv_ref
+
+    return kv_ref.rotate(x, kv_ref.hadamard(x.shape[-1])) if rotated else x
 
 
 @kv_app.command("calibrate")
@@ -93,6 +107,9 @@ def kv_calibrate(
     ] = None,
     tokens: Annotated[int, typer.Option(help="calibration tokens")] = 2048,
     chunk: Annotated[int, typer.Option(help="tokens per forward pass")] = 256,
+    rotation: Annotated[
+        KVRotationChoice, typer.Option(help="the kv_rotation the server will run with (scales in its space)")
+    ] = KVRotationChoice(DEFAULT_KV_ROTATION),
 ) -> None:
     """Record per-channel K/V absmax and the INT8 error distribution; write scales + τ."""
     from rich.console import Console
@@ -104,10 +121,15 @@ def kv_calibrate(
     model_dir = model or fetch(["smollm2"]).smollm2
     source = text.read_text(encoding="utf-8") if text else (fetch(["austen"]) and calibration_text())
     calib = calibrate(
-        model_dir, source, tokens=tokens, chunk=chunk, progress=lambda it: tqdm(it, desc="calibrating", unit="chunk")
+        model_dir,
+        source,
+        tokens=tokens,
+        chunk=chunk,
+        rotation=rotation.value,
+        progress=lambda it: tqdm(it, desc="calibrating", unit="chunk"),
     )
     calib.save(out)
-    table = Table(title=f"KV calibration: {calib.model}, {calib.tokens} tokens -> {out}")
+    table = Table(title=f"KV calibration: {calib.model}, {calib.tokens} tokens, rotation {calib.rotation} -> {out}")
     for col in ("layers", "kv heads", "head dim", "ε mean", "ε p99", "τ = 3·mean", "outlier rate"):
         table.add_column(col, justify="right")
     table.add_row(

@@ -10,6 +10,8 @@ SGLang 0.5.23's ``TorchNativeAttnBackend`` has two costs we remove here:
 2. **Quantized caches are dequantized whole.** ``get_key_buffer`` on an INT8 pool returns
    the whole layer's buffer dequantized, every layer, every step. Here, for runtime_ext's
    C8 methods, only each request's rows are gathered and dequantized (``method.gather``).
+   Rows a method stores Hadamard-rotated stay rotated: the query is rotated instead (and the
+   output rotated back when V is), ``runtime_ext.kv_cache.rotation``.
 
 Anything else (cross-attention, encoder lengths, sliding windows, other quant methods)
 goes to the upstream code unchanged. ``RuntimeExtConfig.attention == "sglang"`` keeps the upstream
@@ -35,11 +37,18 @@ class StructserveNativeAttnBackend(TorchNativeAttnBackend):
             and (layer.sliding_window_size is None or layer.sliding_window_size < 0)
         )
 
-    def _reader(self, layer_id: int):
-        """``read(locs) -> (k, v)`` rows ``[T, H, D]`` of this layer in the model dtype."""
+    def _method(self):
+        """runtime_ext's C8 method of the pool (None for any other cache)."""
         pool = self.token_to_kv_pool
         method = getattr(pool, "quant_method", None)
-        if getattr(pool, "is_quantized_kv_cache", False) and hasattr(method, "gather"):
+        return method if getattr(pool, "is_quantized_kv_cache", False) and hasattr(method, "gather") else None
+
+    def _reader(self, layer_id: int):
+        """``read(locs) -> (k, v)`` rows ``[T, H, D]`` of this layer in the model dtype, as stored
+        (a C8 method's rotated sides stay rotated: ``_run`` rotates the query and the output)."""
+        pool = self.token_to_kv_pool
+        method = self._method()
+        if method is not None:
             local = layer_id - pool.start_layer
             k, v = pool.k_buffer[local], pool.v_buffer[local]
             ks, vs = pool.k_scale_buffer[local], pool.v_scale_buffer[local]
@@ -73,6 +82,9 @@ class StructserveNativeAttnBackend(TorchNativeAttnBackend):
 
     def _run(self, q, layer, forward_batch, new_lens, prefix_lens) -> torch.Tensor:
         q_ = q.reshape(-1, layer.tp_q_head_num, layer.qk_head_dim)
+        rotation = getattr(self._method(), "rotation", None)
+        if rotation is not None and rotation.keys:  # (q H)(k H)ᵀ = q kᵀ
+            q_ = rotation.rotate(q_)
         o = q_.new_empty((q_.shape[0], layer.tp_q_head_num, layer.v_head_dim))
         read = self._reader(layer.layer_id)
         req_to_token = self.req_to_token_pool.req_to_token
@@ -82,6 +94,8 @@ class StructserveNativeAttnBackend(TorchNativeAttnBackend):
             k, v = read(locs)
             o[start : start + n] = self._attend(q_[start : start + n], k, v, p, layer)
             start += n
+        if rotation is not None and rotation.values:  # softmax(·)(v H) H = softmax(·) v
+            o = rotation.rotate(o)
         return o.reshape(-1, layer.tp_q_head_num * layer.v_head_dim)
 
     def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True):

@@ -4,8 +4,10 @@
 threshold τ offline and writes them with ``Calibration.save``.
 
 File (JSON, ``format: structserve-kv-c8/1``): model shape (layers, kv_heads, head_dim),
-``k_scale``/``v_scale`` as ``[layers][kv_heads][head_dim]``, ``tau``, ε statistics and the
-token count. ``load_calibration`` checks it against the serving model's shape and raises
+``k_scale``/``v_scale`` as ``[layers][kv_heads][head_dim]``, ``tau``, ε statistics, the
+token count and ``rotation`` (``none``/``k``/``kv``: the scales of a rotated side are per channel
+of the rotated vectors; a file without the key predates rotation and is ``none``).
+``load_calibration`` checks it against the serving model's shape and rotation and raises
 ``CalibrationMismatchError`` naming what differs.
 """
 
@@ -37,6 +39,7 @@ class Calibration:
     outlier_rate: float
     tokens: int
     format: str = FORMAT
+    rotation: str = "none"
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -71,6 +74,17 @@ def check_shape(calib: Calibration, path: Any, layers: int, kv_heads: int, head_
     return calib
 
 
-def load_calibration(path: Path, layers: int, kv_heads: int, head_dim: int) -> Calibration:
-    """Read ``path`` and check it matches the model's KV shape."""
-    return check_shape(load_raw_calibration(path), path, layers, kv_heads, head_dim)
+def check_rotation(calib: Calibration, path: Any, rotation: str) -> Calibration:
+    """``calib`` if its scales were measured in the space ``rotation`` stores, else an error naming both fixes."""
+    if calib.rotation != rotation:
+        raise CalibrationMismatchError(
+            f"KV calibration {path} was measured with kv_rotation={calib.rotation} but the server stores "
+            f"kv_rotation={rotation}: recalibrate with `structserve kv calibrate --rotation {rotation}` "
+            f"or serve with kv_rotation: {calib.rotation}"
+        )
+    return calib
+
+
+def load_calibration(path: Path, layers: int, kv_heads: int, head_dim: int, rotation: str = "none") -> Calibration:
+    """Read ``path`` and check it matches the model's KV shape and the stored rotation."""
+    return check_rotation(check_shape(load_raw_calibration(path), path, layers, kv_heads, head_dim), path, rotation)

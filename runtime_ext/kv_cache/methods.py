@@ -11,6 +11,9 @@
   ``x - deq8`` with ``deq8`` dequantized in the model dtype (what attention reads), so no
   dequantization ever asks for float32 (``npu_anti_quant`` outputs float16/bfloat16 only).
 
+Each method stores K (and V, with ``kv_rotation: kv``) Hadamard-rotated when ``kv_rotation`` says so
+(``rotation.py``): quantization, scales and residuals all live in the rotated space.
+
 Besides SGLang's whole-buffer read (``dequantize_kv_tensor``, the PLAIN access), each method
 has ``gather(buffer, scales, locs)``: dequantize only the rows at ``locs``, which is what
 runtime_ext's attention backend reads. All math goes through the ops dispatch table.
@@ -24,9 +27,10 @@ from typing import Any
 import torch
 from sglang.srt.layers.quantization.fp4_kv_cache_quant_method import KVCacheQuantMethodBase
 
-from runtime_ext.config import RuntimeExtConfig
+from runtime_ext.config import KVRotation, RuntimeExtConfig
 from runtime_ext.kv_cache import sizing
 from runtime_ext.kv_cache.residual import ResidualSlots
+from runtime_ext.kv_cache.rotation import Rotation
 from runtime_ext.ops import get_op
 
 
@@ -35,18 +39,25 @@ class C8DynamicKVCacheMethod(KVCacheQuantMethodBase):
     SCALE_BLOCK_SIZE = 1
     QUANTIZE, DEQUANTIZE = "kv_quantize_per_token", "kv_dequantize_per_token"
 
-    def __init__(self, dtype: Any = torch.bfloat16) -> None:
+    def __init__(self, dtype: Any = torch.bfloat16, rotation: KVRotation | None = None) -> None:
         self.dtype = dtype
+        self.rotation = Rotation(rotation or RuntimeExtConfig.from_env().kv_rotation)
+        self._keys: set[int] = set()  # data_ptr of each layer's K buffer
 
     def create_buffers(self, size, head_num, head_dim, layer_num, device) -> dict:
+        if self.rotation:
+            self.rotation.matrix(head_dim, device)  # a head dim without a Hadamard matrix fails here
+
         def values():
             return [torch.zeros((size, head_num, head_dim), dtype=torch.int8, device=device) for _ in range(layer_num)]
 
         def scales():
             return [torch.zeros((size, head_num), dtype=torch.float16, device=device) for _ in range(layer_num)]
 
+        keys = values()
+        self._keys = {buf.data_ptr() for buf in keys}
         return {
-            "k_buffer": values(),
+            "k_buffer": keys,
             "v_buffer": values(),
             "k_scale_buffer": scales(),
             "v_scale_buffer": scales(),
@@ -69,20 +80,42 @@ class C8DynamicKVCacheMethod(KVCacheQuantMethodBase):
         native_k_scale_buffer=None,
         native_v_scale_buffer=None,
     ) -> None:
-        quantize = get_op(self.QUANTIZE, k_buffer.device.type)
-        for buf, scale_buf, x in ((k_buffer, k_scale_buffer, cache_k), (v_buffer, v_scale_buffer, cache_v)):
-            q, s = quantize(x.reshape(-1, *buf.shape[1:]), torch.float16)
-            buf[loc] = q
-            scale_buf[loc] = s
+        for is_key, buf, scale, x in (
+            (True, k_buffer, k_scale_buffer, cache_k),
+            (False, v_buffer, v_scale_buffer, cache_v),
+        ):
+            x = x.reshape(-1, *buf.shape[1:])
+            if self.rotation.side(is_key):
+                x = self.rotation.rotate(x, torch.float32)
+            self._store(buf, scale, loc, x)
+
+    def _store(self, buf, scale_buf, loc, x) -> None:
+        """Quantize ``x`` (already in the stored space) into the rows ``loc``."""
+        q, s = get_op(self.QUANTIZE, buf.device.type)(x, torch.float16)
+        buf[loc] = q
+        scale_buf[loc] = s
+
+    def _rows(self, buffer, scales, locs, dtype):
+        """Rows ``locs`` (None: all) dequantized, in the stored (possibly rotated) space."""
+        if locs is None:
+            return get_op(self.DEQUANTIZE, buffer.device.type)(buffer, scales, dtype)
+        return get_op(self.DEQUANTIZE, buffer.device.type)(buffer[locs], scales[locs], dtype)
+
+    def _back(self, rows, is_key: bool):
+        return self.rotation.rotate(rows) if self.rotation.side(is_key) else rows
 
     def dequantize_kv_tensor(self, tensor, scales, layer_id, dtype=None):
-        return get_op(self.DEQUANTIZE, tensor.device.type)(tensor, scales, dtype or self.dtype)
+        """A whole layer's K or V in the model's space (SGLang's PLAIN access): rotated back."""
+        return self._back(self._rows(tensor, scales, None, dtype or self.dtype), tensor.data_ptr() in self._keys)
 
     def gather(self, buffer, scales, locs):
-        return get_op(self.DEQUANTIZE, buffer.device.type)(buffer[locs], scales[locs], self.dtype)
+        """Rows ``locs`` as stored: rotated when ``self.rotation`` rotates that side (the reader
+        rotates the query, and the output for V; see ``rotation.py``)."""
+        return self._rows(buffer, scales, locs, self.dtype)
 
     def dequantize_prev_kv(self, k_q, k_scales, v_q, v_scales, layer_id):
-        return (self.dequantize_kv_tensor(k_q, k_scales, layer_id), self.dequantize_kv_tensor(v_q, v_scales, layer_id))
+        k = self._rows(k_q, k_scales, None, self.dtype)
+        return self._back(k, True), self._back(self._rows(v_q, v_scales, None, self.dtype), False)
 
     def compute_cell_size(self, head_num, head_dim, num_layers, kv_size) -> int:
         return sizing.cell_bytes(self.name, num_layers, head_num, head_dim)
@@ -111,9 +144,10 @@ class C8StaticKVCacheMethod(C8DynamicKVCacheMethod):
         return load_raw_calibration(self.calibration_path)
 
     def create_buffers(self, size, head_num, head_dim, layer_num, device) -> dict:
-        from runtime_ext.kv_cache.calibration import check_shape
+        from runtime_ext.kv_cache.calibration import check_rotation, check_shape
 
         calib = check_shape(self.calibration, self.calibration_path, layer_num, head_num, head_dim)
+        check_rotation(calib, self.calibration_path, self.rotation.which)
         bufs = super().create_buffers(size, head_num, head_dim, layer_num, device)
 
         def scales(rows):
@@ -122,26 +156,12 @@ class C8StaticKVCacheMethod(C8DynamicKVCacheMethod):
         bufs["k_scale_buffer"], bufs["v_scale_buffer"] = scales(calib.k_scale), scales(calib.v_scale)
         return bufs
 
-    def quantize_and_store(
-        self,
-        k_buffer,
-        v_buffer,
-        k_scale_buffer,
-        v_scale_buffer,
-        loc,
-        cache_k,
-        cache_v,
-        k_scale=None,
-        v_scale=None,
-        native_k_scale_buffer=None,
-        native_v_scale_buffer=None,
-    ) -> None:
-        quantize = get_op(self.QUANTIZE, k_buffer.device.type)
-        for buf, scale, x in ((k_buffer, k_scale_buffer, cache_k), (v_buffer, v_scale_buffer, cache_v)):
-            buf[loc] = quantize(x.reshape(-1, *buf.shape[1:]), scale)
+    def _store(self, buf, scale, loc, x) -> None:
+        buf[loc] = get_op(self.QUANTIZE, buf.device.type)(x, scale)
 
-    def gather(self, buffer, scales, locs):
-        return get_op(self.DEQUANTIZE, buffer.device.type)(buffer[locs], scales, self.dtype)
+    def _rows(self, buffer, scales, locs, dtype):
+        rows = buffer if locs is None else buffer[locs]
+        return get_op(self.DEQUANTIZE, buffer.device.type)(rows, scales, dtype)
 
 
 class C8StaticResidualKVCacheMethod(C8StaticKVCacheMethod):
@@ -155,35 +175,18 @@ class C8StaticResidualKVCacheMethod(C8StaticKVCacheMethod):
             self.sides[buf.data_ptr()] = ResidualSlots(capacity, head_num, head_dim, self.calibration.tau, device)
         return bufs
 
-    def quantize_and_store(
-        self,
-        k_buffer,
-        v_buffer,
-        k_scale_buffer,
-        v_scale_buffer,
-        loc,
-        cache_k,
-        cache_v,
-        k_scale=None,
-        v_scale=None,
-        native_k_scale_buffer=None,
-        native_v_scale_buffer=None,
-    ) -> None:
-        super().quantize_and_store(k_buffer, v_buffer, k_scale_buffer, v_scale_buffer, loc, cache_k, cache_v)
-        locs = torch.as_tensor(loc, device=k_buffer.device).reshape(-1)
-        for buf, scale, x in ((k_buffer, k_scale_buffer, cache_k), (v_buffer, v_scale_buffer, cache_v)):
-            x = x.reshape(-1, *buf.shape[1:])
-            # what attention will read (model dtype): the residual corrects exactly that
-            deq8 = get_op(self.DEQUANTIZE, buf.device.type)(buf[locs], scale, self.dtype)
-            self.sides[buf.data_ptr()].store(locs, x, deq8)
+    def _store(self, buf, scale, loc, x) -> None:
+        super()._store(buf, scale, loc, x)
+        locs = torch.as_tensor(loc, device=buf.device).reshape(-1)
+        # what attention will read (model dtype): the residual corrects exactly that
+        deq8 = get_op(self.DEQUANTIZE, buf.device.type)(buf[locs], scale, self.dtype)
+        self.sides[buf.data_ptr()].store(locs, x, deq8)
 
-    def dequantize_kv_tensor(self, tensor, scales, layer_id, dtype=None):
-        out = super().dequantize_kv_tensor(tensor, scales, layer_id, dtype)
-        locs = torch.arange(tensor.shape[0], device=tensor.device)
-        return self.sides[tensor.data_ptr()].apply(locs, out)
-
-    def gather(self, buffer, scales, locs):
-        return self.sides[buffer.data_ptr()].apply(locs, super().gather(buffer, scales, locs))
+    def _rows(self, buffer, scales, locs, dtype):
+        out = super()._rows(buffer, scales, locs, dtype)
+        if locs is None:
+            locs = torch.arange(buffer.shape[0], device=buffer.device)
+        return self.sides[buffer.data_ptr()].apply(locs, out)
 
     def compute_cell_size(self, head_num, head_dim, num_layers, kv_size) -> int:
         return sizing.cell_bytes(self.name, num_layers, head_num, head_dim, self.calibration.outlier_rate)

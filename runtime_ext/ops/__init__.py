@@ -17,6 +17,7 @@ OPS: dict[str, dict[str, Callable[..., Any]]] = {
     "kv_dequantize_per_token": {"cpu": kv_ref.dequantize_per_token, "npu": kv_ref.dequantize_per_token},
     "kv_quantize_static": {"cpu": kv_ref.quantize_static, "npu": kv_npu.quantize_static},
     "kv_dequantize_static": {"cpu": kv_ref.dequantize_static, "npu": kv_npu.dequantize_static},
+    "kv_rotate": {"cpu": kv_ref.rotate, "npu": kv_npu.rotate},
     "kv_quantize_residual": {"cpu": kv_ref.quantize_residual},
     "kv_dequantize_residual": {"cpu": kv_ref.dequantize_residual},
     "w8a8_prepare": {"cpu": quant_ref.prepare_w8a8, "npu": quant_npu.prepare_w8a8},

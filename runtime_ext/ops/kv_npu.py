@@ -20,6 +20,10 @@ documented contract (``npu_contracts.py``, rules cite the hiascend.com torch_npu
 - C8-D read: no op fits (``npu_anti_quant``'s scale is 1-D along the last axis, not per row): the
   dispatch table uses the reference broadcast multiply on every device, output in the model dtype.
 
+- Rotation (``kv_rotation``): ``npu_linear(x2d, h)`` = ``x @ hᵀ`` (h is symmetric) on ``[N, D]``
+  float32 input and a float32 ``[D, D]`` weight; the page lists float32/float16/int32/int8 only (no
+  bfloat16), so the rotation runs in float32 and its result is cast to the caller's dtype.
+
 Float32 models: the ops take float16/bfloat16 only, so activations are cast to bfloat16 at the op
 boundary (range of float32, 8-bit mantissa) and results cast back: a float32 model on the NPU path
 has bfloat16 precision in these ops.
@@ -67,3 +71,8 @@ def dequantize_static(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) 
     flat = q.reshape(q.shape[0], -1)
     out = _npu().npu_anti_quant(flat, scale.reshape(-1).float(), offset=None, dst_dtype=op_dtype(dtype))
     return out.reshape(q.shape).to(dtype)
+
+
+def rotate(x: torch.Tensor, h: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    flat = x.reshape(-1, x.shape[-1]).float()
+    return _npu().npu_linear(flat, h.float()).reshape(x.shape).to(dtype or x.dtype)

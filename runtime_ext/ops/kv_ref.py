@@ -11,6 +11,12 @@ symmetric with zero-point 0.
   [-7, 7], two per byte, low nibble first) with one scale per vector ``absmax(r) / 7``.
   Reads return ``deq8 + deq4``.
 
+- **Rotation** (optional, before either C8 method): ``x @ Hd`` with ``Hd`` the normalized
+  Sylvester Hadamard matrix of the head dim (orthogonal and symmetric, so it is its own
+  inverse). Outlier channels of a key spread over all channels, so a per-token scale stops
+  spending the INT8 range on a few of them. ``(q Hd)(k Hd)ᵀ = q kᵀ``: attention can read
+  rotated keys with a rotated query, and rotated values with the output rotated back.
+
 Non-finite input is rejected (``ValueError``): a NaN or inf in the cache would poison
 every later step silently.
 """
@@ -21,6 +27,22 @@ import torch
 
 INT8_MAX = 127
 INT4_MAX = 7
+
+
+def hadamard(n: int, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> torch.Tensor:
+    """The normalized Sylvester Hadamard matrix ``[n, n]`` (``n`` a power of two): ``H = Hᵀ = H⁻¹``."""
+    if n < 1 or n & (n - 1):
+        raise ValueError(f"a Hadamard rotation needs a power-of-two head dim, got {n}")
+    h = torch.ones(1, 1, dtype=torch.float64)
+    while h.shape[0] < n:
+        h = torch.cat((torch.cat((h, h), 1), torch.cat((h, -h), 1)), 0)
+    return (h / n**0.5).to(device=device, dtype=dtype)
+
+
+def rotate(x: torch.Tensor, h: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``x[..., D] @ h`` computed in float32, returned in ``dtype`` (default ``x``'s); ``h`` is
+    symmetric and orthogonal, so the same call rotates back."""
+    return (x.float() @ h.float()).to(dtype or x.dtype)
 
 
 def _check_finite(x: torch.Tensor, what: str) -> None:

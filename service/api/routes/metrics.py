@@ -34,6 +34,7 @@ def _plugin_gauges(report: dict) -> None:
     """Gauges from runtime_ext's report (read in the scheduler process)."""
     m.PLUGIN.labels(scheduler_pid=str(report["pid"]), version=report["version"]).set(1)
     m.KV_METHOD.labels(method=report.get("kv_cache", "unknown")).set(1)
+    m.KV_ROTATION.labels(rotation=report.get("kv_rotation", "unknown")).set(1)
     _kv_pool(report)
     for state in ("quantized", "kept"):
         m.QUANT_LAYERS.labels(state=state).set(report.get("quant", {}).get(state, 0))

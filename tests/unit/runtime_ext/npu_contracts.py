@@ -27,6 +27,7 @@ PAGE = {
     "npu_weight_quant_batchmatmul/group": "https://hiascend.com/document/detail/zh/Pytorch/60RC2/apiref/apilist/ptaoplist_000147.html",
     "npu_weight_quant_batchmatmul/scale": "https://hiascend.com/document/detail/zh/Pytorch/600/apiref/apilist/ptaoplist_000862.html",
     "npu_convert_weight_to_int4pack": "https://hiascend.com/document/detail/zh/Pytorch/600/apiref/apilist/ptaoplist_000846.html",
+    "npu_linear": "https://hiascend.com/document/detail/zh/Pytorch/600/apiref/apilist/ptaoplist_000803.html",
     "npu_format_cast": "https://hiascend.com/document/detail/zh/Pytorch/60RC3/apiref/apilist/ptaoplist_000725.html",
 }
 HALF = (torch.float16, torch.bfloat16)
@@ -89,6 +90,20 @@ def check_quantize(input, scales, zero_points, dtype, axis, div_mode) -> None:
     _require(
         scales.dim() == 1 and scales.shape[0] in (1, n), op, "scales", tuple(scales.shape), f"1-D of size 1 or {n}"
     )
+
+
+def check_linear(input, weight, bias=None) -> None:
+    op = "npu_linear"
+    mm = (torch.float32, torch.float16, torch.int32, torch.int8)  # 6.0.0: float32, float16, int32, int8
+    _dtype(op, "input", input, mm)
+    _dtype(op, "weight", weight, mm)
+    _require(input.dim() == 2, op, "input", f"{input.dim()}-D", "a 2-D matrix")
+    _require(weight.dim() == 2, op, "weight", f"{weight.dim()}-D", "a 2-D matrix")
+    # "a * b" with weight [out, in] as in the page's example (x [2, 16], w [4, 16] -> [2, 4])
+    _require(weight.shape[1] == input.shape[1], op, "weight", tuple(weight.shape), f"[out, {input.shape[1]}]")
+    if bias is not None:  # 1-D float32, float16 or int32
+        _dtype(op, "bias", bias, (torch.float32, torch.float16, torch.int32))
+        _require(tuple(bias.shape) == (weight.shape[0],), op, "bias", tuple(bias.shape), f"({weight.shape[0]},)")
 
 
 def check_anti_quant(x, scale, offset=None, dst_dtype=None, src_dtype=None) -> None:

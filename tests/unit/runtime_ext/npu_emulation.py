@@ -17,6 +17,7 @@ exist here; this stands in for it, written from the documentation, not from our 
   [K, N/8] (8 int4 each); scale [N] per channel or [ceil(K/G), N] per group of G rows of K.
 - npu_convert_weight_to_int4pack(weight): int32 [K, N] in [-8, 7] -> int32 [K, N/8], 8 consecutive
   values of a row per element, the first in the lowest 4 bits.
+- npu_linear(input, weight, bias=None): input [M, K] @ weight [N, K]ᵀ (+ bias), in input's dtype.
 - npu_format_cast(x, acl_format): the same values in another memory layout (ND = 2, FRACTAL_NZ = 29).
 
 Documented variants we never call (int4 activations, quant_scale outputs, int64 scales) are not
@@ -48,6 +49,12 @@ def npu_quantize(input, scales, zero_points, dtype, axis=1, div_mode=True):
     if zero_points is not None:
         y = y + zero_points.float()
     return torch.round(y).clamp(-128, 127).to(torch.int8)
+
+
+def npu_linear(input, weight, bias=None):
+    contract.check_linear(input, weight, bias)
+    out = input.double() @ weight.double().T + (0 if bias is None else bias.double())
+    return out.to(input.dtype)
 
 
 def npu_anti_quant(x, scale, *, offset=None, dst_dtype=None, src_dtype=None):

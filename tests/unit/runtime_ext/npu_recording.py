@@ -33,6 +33,7 @@ OPS = (
     "npu_weight_quant_batchmatmul",
     "npu_convert_weight_to_int4pack",
     "npu_format_cast",
+    "npu_linear",
 )
 _DTYPES = {str(d): d for d in (torch.float32, torch.float16, torch.bfloat16, torch.int8, torch.int32,
                                torch.int64, torch.uint8, torch.qint8, torch.quint8, torch.quint4x2)}  # fmt: skip

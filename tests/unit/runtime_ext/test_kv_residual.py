@@ -81,8 +81,12 @@ def test_a_full_side_buffer_drops_residuals_and_counts_them():
 
 @pytest.fixture
 def residual_method(tmp_path, monkeypatch):
+    return make_residual_method(tmp_path, monkeypatch, "none")
+
+
+def make_residual_method(tmp_path, monkeypatch, rotation):
     """The real ``c8_static_residual`` method with one layer's pool of 16 tokens, calibrated to
-    ``SCALE`` (range ±1) with τ = 0.05."""
+    ``SCALE`` (range ±1, in the ``rotation``'s space) with τ = 0.05."""
     from runtime_ext.config import RuntimeExtConfig
     from runtime_ext.kv_cache.methods import C8StaticResidualKVCacheMethod
 
@@ -99,9 +103,10 @@ def residual_method(tmp_path, monkeypatch):
         eps_p99=0.04,
         outlier_rate=0.1,
         tokens=64,
+        rotation=rotation,
     )
     calib.save(tmp_path / "kv.json")
-    for name, value in RuntimeExtConfig(kv_calibration=tmp_path / "kv.json").to_env().items():
+    for name, value in RuntimeExtConfig(kv_calibration=tmp_path / "kv.json", kv_rotation=rotation).to_env().items():
         monkeypatch.setenv(name, value)
     method = C8StaticResidualKVCacheMethod(torch.float32)
     bufs = method.create_buffers(size=16, head_num=H, head_dim=D, layer_num=1, device="cpu")
@@ -128,6 +133,30 @@ def test_the_method_reads_deq8_plus_deq4_for_stored_outliers(residual_method):
             err, plain = ref.relative_error(original, read), ref.relative_error(original, deq8)
             assert (err[outlier] < plain[outlier] / 5).all() and torch.equal(err[~outlier], plain[~outlier])
             assert torch.allclose(read, expected, rtol=0, atol=1e-6)
+
+
+def test_a_rotated_method_stores_rotated_rows_and_reads_back_the_original(tmp_path, monkeypatch):
+    """kv_rotation kv: ``gather`` returns the rows as stored (rotated: deq8 + deq4 of ``x·H``), the
+    whole-buffer read rotates them back; both K and V; a calibration of another rotation is refused."""
+    from runtime_ext.kv_cache.calibration import CalibrationMismatchError
+
+    method, pool = make_residual_method(tmp_path, monkeypatch, "kv")
+    h = ref.hadamard(D)
+    x = outlier_batch()
+    locs = torch.tensor([9, 3, 12, 4, 7, 0])
+    k, v, ks, vs = pool["k_buffer"], pool["v_buffer"], pool["k_scale_buffer"], pool["v_scale_buffer"]
+    method.quantize_and_store(k, v, ks, vs, locs, x, -x.flip(0))
+    for buf, scale, original in ((k, ks, x), (v, vs, -x.flip(0))):
+        rotated = ref.rotate(original, h)
+        stored = method.gather(buf, scale, locs)
+        assert ref.relative_error(rotated, stored).max() < 0.05  # deq8 (+ deq4) of the rotated rows
+        back = method.dequantize_kv_tensor(buf, scale, 0)[locs]
+        assert torch.allclose(back, ref.rotate(stored, h), atol=1e-6)
+        assert ref.relative_error(original, back).max() < 0.05
+    with pytest.raises(CalibrationMismatchError, match="kv_rotation=kv"):
+        make_residual_method(tmp_path, monkeypatch, "none")[0].__class__(torch.float32, "kv").create_buffers(
+            size=16, head_num=H, head_dim=D, layer_num=1, device="cpu"
+        )
 
 
 def test_cell_sizes_and_budget():

@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from runtime_ext.ops import get_op, kv_npu, quant_npu, quant_ref
+from runtime_ext.ops import get_op, kv_npu, kv_ref, quant_npu, quant_ref
 from tests.unit.runtime_ext import npu_emulation as npu
 from tests.unit.runtime_ext import npu_recording
 from tests.unit.runtime_ext.npu_contracts import ContractViolation
@@ -24,6 +24,9 @@ def t(*shape, dtype=F32):
 BROKEN = {  # name: (op, args, kwargs, the argument the violation must name)
     "anti_quant float32 dst_dtype (the old residual store)": (
         "npu_anti_quant", (t(4, 192, dtype=I8), t(192)), {"dst_dtype": F32}, "dst_dtype"),
+    "linear bfloat16 input (not a documented dtype)": ("npu_linear", (t(4, 64, dtype=BF16), t(64, 64)), {}, "input"),
+    "linear 3-D input": ("npu_linear", (t(2, 4, 64), t(64, 64)), {}, "input"),
+    "linear weight of another inner dim": ("npu_linear", (t(4, 64), t(64, 32)), {}, "weight"),
     "anti_quant float16 scale": ("npu_anti_quant", (t(4, 192, dtype=I8), t(192, dtype=F16)), {}, "scale"),
     "anti_quant scale not the last dim": ("npu_anti_quant", (t(4, 192, dtype=I8), t(64)), {}, "scale"),
     "dynamic_quant float32 x (the old float32 call)": ("npu_dynamic_quant", (t(4, 64),), {}, "x"),
@@ -99,6 +102,7 @@ def test_the_npu_kernels_keep_to_the_contracts_for_every_model_dtype(strict_npu,
     scale = x.float().abs().amax(dim=0) / 127
     q8 = get_op("kv_quantize_static", "npu")(x, scale)
     assert get_op("kv_dequantize_static", "npu")(q8, scale, dtype).dtype == dtype
+    assert get_op("kv_rotate", "npu")(x, kv_ref.hadamard(64)).dtype == dtype  # npu_linear in float32
     a = torch.randn(4, 128).to(dtype)
     w = torch.randn(48, 128) * 0.05
     y = get_op("w8a8_matmul", "npu")(a, *get_op("w8a8_prepare", "npu")(*quant_ref.quantize_weight_per_channel(w)))

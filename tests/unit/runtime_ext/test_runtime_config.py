@@ -19,6 +19,7 @@ EVERY_KNOB_SET = RuntimeExtConfig(
     quant_monitor=MonitorConfig(
         enabled=True, sigma=3.0, max_fallback_bytes=1 << 20, sensitive_layers="/s.json", events_path="/e.jsonl"
     ),
+    kv_rotation="k",
 )
 
 
@@ -29,6 +30,15 @@ def test_every_field_round_trips_through_the_environment():
     env = EVERY_KNOB_SET.to_env()
     assert set(env) <= set(ENV_NAMES)
     assert RuntimeExtConfig.from_env(env) == EVERY_KNOB_SET
+
+
+def test_an_unknown_kv_rotation_is_refused_by_name():
+    import pytest
+
+    from runtime_ext.config import RuntimeConfigError
+
+    with pytest.raises(RuntimeConfigError, match="STRUCTSERVE_KV_ROTATION='q'; valid: none, k, kv"):
+        RuntimeExtConfig.from_env({"STRUCTSERVE_KV_ROTATION": "q"})
 
 
 def test_export_writes_the_config_and_clears_unset_knobs():
