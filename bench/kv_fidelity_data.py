@@ -1,4 +1,4 @@
-"""The prompt sets of ``bench/kv_fidelity.py`` (pure: no torch, no sglang).
+"""The prompt sets and the scoring of ``bench/kv_fidelity.py`` (pure: no torch, no sglang).
 
 - ``instructions(text, n)``: chat instructions over sentences of the held-out Austen text
   (*Persuasion*, from the Debian package ``r-cran-janeaustenr`` that ``assets`` fetches and
@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 TASKS = (
@@ -78,3 +79,39 @@ def short_prompts() -> list[str]:
     prompts += [f"Translate the word '{word}' into French." for word in WORDS]
     prompts += [f"Spell the word '{word}' backwards." for word in WORDS]
     return prompts + list(QUESTIONS)
+
+
+def kl_coarse(p: dict[int, float], q: dict[int, float]) -> float:
+    """KL(p ‖ q) over p's listed tokens plus one bucket for the rest (q must list p's tokens)."""
+    kl, p_rest, q_rest = 0.0, 1.0, 1.0
+    for tid, lp in p.items():
+        pp, lq = math.exp(lp), q[tid]
+        kl += pp * (lp - lq)
+        p_rest, q_rest = p_rest - pp, q_rest - math.exp(lq)
+    p_rest, q_rest = max(p_rest, 1e-12), max(q_rest, 1e-12)
+    return kl + p_rest * math.log(p_rest / q_rest)
+
+
+def top1(row: dict[int, float]) -> int:
+    return max(row, key=row.__getitem__)
+
+
+def score(ref: dict, res: dict, top: int) -> dict:
+    """The mode's numbers against the bf16 cache."""
+    same = [a == b for a, b in zip(ref["short"], res["short"])]
+    agree: list[list[bool]] = []
+    kls: list[float] = []
+    for ref_req, req in zip(ref["rows"], res["rows"]):
+        agree.append([top1(r) == top1(q) for r, q in zip(ref_req, req)])
+        kls += [kl_coarse(dict(sorted(r.items(), key=lambda kv: -kv[1])[:top]), q) for r, q in zip(ref_req, req)]
+    flat = [x for req in agree for x in req]
+    ppl = math.exp(-sum(res["lps"]) / len(res["lps"]))
+    base = math.exp(-sum(ref["lps"]) / len(ref["lps"]))
+    return {
+        "exact": sum(same) / len(same),
+        "agree": sum(flat) / len(flat),
+        "kl": sum(kls) / len(kls),
+        "ppl": ppl,
+        "dppl": ppl / base - 1,
+        "per_position": agree,
+    }

@@ -9,7 +9,8 @@ is the environment. The service builds one ``RuntimeExtConfig`` at startup and w
 Knobs:
 - ``kv_calibration``: the static C8 scales file (``kv_cache: c8_static*``).
 - ``kv_rotation``: which of K/V the C8 methods store Hadamard-rotated (``none``, ``k``, ``kv``;
-  ``runtime_ext.kv_cache.rotation``).
+  ``runtime_ext.kv_cache.rotation``), or ``auto``: ``kv`` for per-token scales (``c8_dynamic``),
+  ``none`` for per-channel static scales (``resolve_rotation``; ``docs/benchmarks.md`` has why).
 - ``quant_policy``: what the ``structserve_<scheme>`` linear methods quantize (None: the
   scheme's defaults).
 - ``combine_blocks``: ``C`` of the ``structserve_combined`` prefix cache (match in units of C pages).
@@ -33,9 +34,20 @@ from runtime_ext.quant.monitor import MonitorConfig
 from runtime_ext.quant.policy import QuantPolicy
 
 AttentionImpl = Literal["structserve", "sglang"]
-KVRotation = Literal["none", "k", "kv"]
-KV_ROTATIONS: tuple[KVRotation, ...] = ("none", "k", "kv")
-DEFAULT_KV_ROTATION: KVRotation = "kv"
+KVRotation = Literal["auto", "none", "k", "kv"]
+StoredRotation = Literal["none", "k", "kv"]
+KV_ROTATIONS: tuple[KVRotation, ...] = ("auto", "none", "k", "kv")
+DEFAULT_KV_ROTATION: KVRotation = "auto"
+
+
+def resolve_rotation(rotation: KVRotation, kv_cache: str) -> StoredRotation:
+    """What a C8 method of ``kv_cache`` stores rotated. ``auto``: K and V for per-token scales
+    (rotation spreads a key's outlier channels over the head dim); nothing for static per-channel
+    scales (rotation spreads the calibration's largest token over every channel's scale)."""
+    if rotation == "auto":
+        return "kv" if kv_cache == "c8_dynamic" else "none"
+    return rotation
+
 
 _KV_CALIBRATION = "STRUCTSERVE_KV_CALIBRATION"  # also the settings variable for kv_calibration
 _QUANT = "STRUCTSERVE_QUANT"

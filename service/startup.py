@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from grammars.xgrammar_calls import VocabFacts
-from runtime_ext.config import RuntimeExtConfig
+from runtime_ext.config import RuntimeExtConfig, resolve_rotation
 from runtime_ext.kv_cache.calibration import Calibration, load_calibration
 from runtime_ext.kv_cache.sizing import cell_bytes, tokens_for_budget
 from runtime_ext.quant import modelslim
@@ -107,12 +107,13 @@ def check_kv_cache(settings: Settings, info: ModelInfo) -> Calibration | None:
     """The static modes need a calibration file made for this model (a startup error
     otherwise); the scheduler process gets its path in ``RuntimeExtConfig``. Returns it (or None).
     A rotated C8 cache needs a head dim that has a Hadamard matrix (a power of two)."""
-    if settings.kv_cache != "bf16" and settings.kv_rotation != "none":
+    rotation = resolve_rotation(settings.kv_rotation, settings.kv_cache)
+    if settings.kv_cache != "bf16" and rotation != "none":
         dim = info.require_kv_shape()[2]
         if dim & (dim - 1):
             raise ValueError(
-                f"kv_rotation {settings.kv_rotation} needs a power-of-two head dim (Hadamard), the model's is {dim}: "
-                "set kv_rotation: none (STRUCTSERVE_KV_ROTATION=none)"
+                f"kv_rotation {settings.kv_rotation} ({rotation} for {settings.kv_cache}) needs a power-of-two head "
+                f"dim (Hadamard), the model's is {dim}: set kv_rotation: none (STRUCTSERVE_KV_ROTATION=none)"
             )
     if settings.kv_cache not in STATIC_MODES:
         return None
@@ -121,7 +122,7 @@ def check_kv_cache(settings: Settings, info: ModelInfo) -> Calibration | None:
             f"kv_cache {settings.kv_cache} needs kv_calibration (STRUCTSERVE_KV_CALIBRATION): a file "
             "from `structserve kv calibrate --model ... --out FILE`"
         )
-    return load_calibration(settings.kv_calibration, *info.require_kv_shape(), settings.kv_rotation)
+    return load_calibration(settings.kv_calibration, *info.require_kv_shape(), rotation)
 
 
 def pool_tokens(settings: Settings, info: ModelInfo, calib: Calibration | None = None) -> int:

@@ -18,7 +18,7 @@ from typing import Annotated, Any, Callable, Iterable, Optional
 
 import typer
 
-from runtime_ext.config import DEFAULT_KV_ROTATION, KV_ROTATIONS
+from runtime_ext.config import DEFAULT_KV_ROTATION, KV_ROTATIONS, KVRotation, resolve_rotation
 from runtime_ext.kv_cache.calibration import Calibration
 
 KVRotationChoice = Enum("KVRotationChoice", {name: name for name in KV_ROTATIONS}, type=str)  # type: ignore[misc]
@@ -39,7 +39,7 @@ def calibrate(
     *,
     tokens: int = 2048,
     chunk: int = 256,
-    rotation: str = DEFAULT_KV_ROTATION,
+    rotation: KVRotation = DEFAULT_KV_ROTATION,
     progress: Callable[[Iterable[Any]], Iterable[Any]] = lambda it: it,
 ) -> Calibration:
     """Scales and τ for ``model_dir`` from the first ``tokens`` tokens of ``text``."""
@@ -61,6 +61,7 @@ def calibrate(
                     keys.append([]), values.append([])
                 keys[layer].append(entry.keys[0].transpose(0, 1))  # [T, H, D]
                 values[layer].append(entry.values[0].transpose(0, 1))
+    rotation = resolve_rotation(rotation, "c8_static")  # the scales serve the static modes
     k = [_space(torch.cat(parts), rotation in ("k", "kv")) for parts in keys]
     v = [_space(torch.cat(parts), rotation == "kv") for parts in values]
     k_scale = [(x.abs().amax(dim=0) / kv_ref.INT8_MAX).clamp_min(1e-8) for x in k]

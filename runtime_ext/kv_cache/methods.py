@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from sglang.srt.layers.quantization.fp4_kv_cache_quant_method import KVCacheQuantMethodBase
 
-from runtime_ext.config import KVRotation, RuntimeExtConfig
+from runtime_ext.config import KVRotation, RuntimeExtConfig, resolve_rotation
 from runtime_ext.kv_cache import sizing
 from runtime_ext.kv_cache.residual import ResidualSlots
 from runtime_ext.kv_cache.rotation import Rotation
@@ -41,7 +41,7 @@ class C8DynamicKVCacheMethod(KVCacheQuantMethodBase):
 
     def __init__(self, dtype: Any = torch.bfloat16, rotation: KVRotation | None = None) -> None:
         self.dtype = dtype
-        self.rotation = Rotation(rotation or RuntimeExtConfig.from_env().kv_rotation)
+        self.rotation = Rotation(resolve_rotation(rotation or RuntimeExtConfig.from_env().kv_rotation, self.name))
         self._keys: set[int] = set()  # data_ptr of each layer's K buffer
 
     def create_buffers(self, size, head_num, head_dim, layer_num, device) -> dict:

@@ -1,9 +1,11 @@
 """The per-head Hadamard rotation a C8 method applies to what it stores (imports torch).
 
-With ``kv_rotation: k`` a C8 method quantizes ``k · H`` instead of ``k`` (``H`` the normalized
-Hadamard matrix of the head dim, ``ops.kv_ref.hadamard``): a key's few large channels spread
-over all channels, so the per-token INT8 scale (C8-D) or the per-channel one (C8-S, calibrated in
-the rotated space) stops spending its range on them. ``kv`` rotates V too. Nothing extra is
+``kv_rotation`` (``auto`` resolved per method: ``config.resolve_rotation``). With ``k`` a C8
+method quantizes ``k · H`` instead of ``k`` (``H`` the normalized Hadamard matrix of the head dim,
+``ops.kv_ref.hadamard``): a key's few large channels spread over all channels, so the per-token
+INT8 scale (C8-D) stops spending its range on them. ``kv`` rotates V too. (Static per-channel
+scales, calibrated in the rotated space, get worse instead: the calibration's largest token
+spreads over every channel's scale; ``auto`` leaves them unrotated.) Nothing extra is
 stored: the rotated vector has the same size and the matrix is rebuilt from the head dim.
 
 Readers see the cache in one of two ways:
@@ -21,14 +23,14 @@ from typing import Any
 
 import torch
 
-from runtime_ext.config import KVRotation
+from runtime_ext.config import StoredRotation
 from runtime_ext.ops import get_op, kv_ref
 
 
 class Rotation:
     """Which sides are rotated, and the matrix per device."""
 
-    def __init__(self, which: KVRotation) -> None:
+    def __init__(self, which: StoredRotation) -> None:
         self.which = which
         self.keys, self.values = which in ("k", "kv"), which == "kv"
         self._matrices: dict[tuple[int, str], torch.Tensor] = {}

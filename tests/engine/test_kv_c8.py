@@ -101,15 +101,15 @@ def test_c8_serves_and_tracks_the_unquantized_cache(assets, model, tmp_path):
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     prompt_ids = [tok.encode(p, add_special_tokens=False) for p in PROMPTS]
     calib = tmp_path / "kv.json"
-    # the static runs store unrotated (the residual's mechanics; the outlier prompt is chosen in that space)
-    calibration = calibrate(model_dir, calibration_text(), tokens=512, rotation="none")
+    # the static modes store unrotated by default (the outlier prompt is chosen in that space)
+    calibration = calibrate(model_dir, calibration_text(), tokens=512)
     calibration.save(calib)
     if model == "qwen3_tiny":
         prompt_ids.append(outlier_prompt(model_dir, calibration))
     ref = run(model_dir, prompt_ids, "bf16")
     compare(f"{model} c8_dynamic (kv_rotation kv)", ref, run(model_dir, prompt_ids, "c8_dynamic"))
     runs = {
-        mode: run(model_dir, prompt_ids, mode, env=RuntimeExtConfig(kv_calibration=calib, kv_rotation="none").to_env())
+        mode: run(model_dir, prompt_ids, mode, env=RuntimeExtConfig(kv_calibration=calib).to_env())
         for mode in ("c8_static", "c8_static_residual")
     }
     for mode, quant in runs.items():

@@ -10,8 +10,8 @@ and the NPU kernels) is within 10 % of the float32 fake-quantized HF model with 
 (``tools/quant/offline.py``), so the kernels compute what they should (a wrong scale layout or a
 dropped group multiplies it); the record holds the ops each
 part of the configuration must call, from the runtime_ext function that should call them (e.g.
-c8_dynamic: ``npu_dynamic_quant`` from ``kv_npu.quantize_per_token``, the KV store; every C8 mode:
-``npu_linear`` from ``kv_npu.rotate``, the default ``kv_rotation: kv``); activations
+c8_dynamic: ``npu_dynamic_quant`` from ``kv_npu.quantize_per_token``, the KV store, and ``npu_linear``
+from ``kv_npu.rotate``, its default K/V rotation); activations
 reach the ops in the model dtype; and replaying every recorded call through the strict emulation
 raises nothing. The inventory is printed (docs/npu-contracts.md holds one run's).
 """
@@ -64,8 +64,7 @@ EXPECTED = {  # what each part must call: (op, calling runtime_ext function)
     },
 }
 EXPECTED["c8_static_residual"] = EXPECTED["c8_static"]
-for _mode in ("c8_dynamic", "c8_static", "c8_static_residual"):  # kv_rotation kv (the default): K and V rotated
-    EXPECTED[_mode] = EXPECTED[_mode] | {("npu_linear", "kv_npu.rotate")}
+EXPECTED["c8_dynamic"] = EXPECTED["c8_dynamic"] | {("npu_linear", "kv_npu.rotate")}  # kv_rotation auto: kv
 ACTIVATION = {  # op -> the argument that carries the activations (must be in the model dtype)
     "npu_dynamic_quant": 0,
     "npu_weight_quant_batchmatmul": 0,

@@ -37,8 +37,16 @@ def test_an_unknown_kv_rotation_is_refused_by_name():
 
     from runtime_ext.config import RuntimeConfigError
 
-    with pytest.raises(RuntimeConfigError, match="STRUCTSERVE_KV_ROTATION='q'; valid: none, k, kv"):
+    with pytest.raises(RuntimeConfigError, match="STRUCTSERVE_KV_ROTATION='q'; valid: auto, none, k, kv"):
         RuntimeExtConfig.from_env({"STRUCTSERVE_KV_ROTATION": "q"})
+
+
+def test_auto_rotation_is_kv_for_per_token_scales_and_none_for_static_ones():
+    from runtime_ext.config import resolve_rotation
+
+    assert resolve_rotation("auto", "c8_dynamic") == "kv"
+    assert resolve_rotation("auto", "c8_static") == resolve_rotation("auto", "c8_static_residual") == "none"
+    assert resolve_rotation("k", "c8_static") == "k" and resolve_rotation("none", "c8_dynamic") == "none"
 
 
 def test_export_writes_the_config_and_clears_unset_knobs():
