@@ -24,6 +24,8 @@ answer position is written beside the table (``--png``).
 
     .venv/bin/python bench/kv_fidelity.py                        # SmolLM2 + tiny Qwen3, bf16 model
     .venv/bin/python bench/kv_fidelity.py --dtype float32 --models smollm2
+
+Decode speed alone, the modes interleaved (less noise): ``bench/kv_fidelity_speed.py``.
 """
 
 from __future__ import annotations

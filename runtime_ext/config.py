@@ -42,8 +42,9 @@ DEFAULT_KV_ROTATION: KVRotation = "auto"
 
 def resolve_rotation(rotation: KVRotation, kv_cache: str) -> StoredRotation:
     """What a C8 method of ``kv_cache`` stores rotated. ``auto``: K and V for per-token scales
-    (rotation spreads a key's outlier channels over the head dim); nothing for static per-channel
-    scales (rotation spreads the calibration's largest token over every channel's scale)."""
+    (rotation spreads a key's outlier channels over the head dim: clearly better, measured);
+    nothing for static per-channel scales (measured within noise either way; unrotated keeps the
+    calibration files made before rotation valid)."""
     if rotation == "auto":
         return "kv" if kv_cache == "c8_dynamic" else "none"
     return rotation

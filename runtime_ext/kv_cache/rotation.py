@@ -4,8 +4,8 @@
 method quantizes ``k · H`` instead of ``k`` (``H`` the normalized Hadamard matrix of the head dim,
 ``ops.kv_ref.hadamard``): a key's few large channels spread over all channels, so the per-token
 INT8 scale (C8-D) stops spending its range on them. ``kv`` rotates V too. (Static per-channel
-scales, calibrated in the rotated space, get worse instead: the calibration's largest token
-spreads over every channel's scale; ``auto`` leaves them unrotated.) Nothing extra is
+scales are calibrated in the rotated space; there the measured effect was within noise, so
+``auto`` leaves them unrotated and existing calibration files valid.) Nothing extra is
 stored: the rotated vector has the same size and the matrix is rebuilt from the head dim.
 
 Readers see the cache in one of two ways:
