@@ -86,7 +86,7 @@ class C8DynamicKVCacheMethod(KVCacheQuantMethodBase):
         ):
             x = x.reshape(-1, *buf.shape[1:])
             if self.rotation.side(is_key):
-                x = self.rotation.rotate(x)  # in the model dtype: what the NPU quantize ops take
+                x = self.rotation.rotate(x, torch.float32)  # (the NPU path keeps fp16/bf16: kv_npu.rotate)
             self._store(buf, scale, loc, x)
 
     def _store(self, buf, scale_buf, loc, x) -> None:

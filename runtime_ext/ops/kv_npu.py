@@ -22,7 +22,8 @@ documented contract (``npu_contracts.py``, rules cite the hiascend.com torch_npu
 
 - Rotation (``kv_rotation``): ``npu_linear(x2d, h)`` = ``x @ hᵀ`` (h is symmetric) on ``[N, D]``
   float32 input and a float32 ``[D, D]`` weight; the page lists float32/float16/int32/int8 only (no
-  bfloat16), so the rotation runs in float32 and its result is cast to the caller's dtype.
+  bfloat16), so the rotation runs in float32 and its result is cast to the caller's dtype (a float32
+  result for a half-precision input comes back in the input's dtype: the quantize ops take fp16/bf16).
 
 Float32 models: the ops take float16/bfloat16 only, so activations are cast to bfloat16 at the op
 boundary (range of float32, 8-bit mantissa) and results cast back: a float32 model on the NPU path
@@ -74,5 +75,11 @@ def dequantize_static(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) 
 
 
 def rotate(x: torch.Tensor, h: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """As the reference, except that a float32 result asked for a float16/bfloat16 ``x`` comes back in
+    ``x``'s dtype: on this path it only feeds the KV quantize ops, which take float16/bfloat16 and
+    would otherwise cast it to bfloat16 (losing an fp16 model's precision)."""
     flat = x.reshape(-1, x.shape[-1]).float()
-    return _npu().npu_linear(flat, h.float()).reshape(x.shape).to(dtype or x.dtype)
+    out = dtype or x.dtype
+    if out == torch.float32 and x.dtype in HALF:
+        out = x.dtype
+    return _npu().npu_linear(flat, h.float()).reshape(x.shape).to(out)
