@@ -43,11 +43,10 @@ class StructserveNativeAttnBackend(TorchNativeAttnBackend):
         method = getattr(pool, "quant_method", None)
         return method if getattr(pool, "is_quantized_kv_cache", False) and hasattr(method, "gather") else None
 
-    def _reader(self, layer_id: int):
+    def _reader(self, layer_id: int, method):
         """``read(locs) -> (k, v)`` rows ``[T, H, D]`` of this layer in the model dtype, as stored
-        (a C8 method's rotated sides stay rotated: ``_run`` rotates the query and the output)."""
+        (a C8 ``method``'s rotated sides stay rotated: ``_run`` rotates the query and the output)."""
         pool = self.token_to_kv_pool
-        method = self._method()
         if method is not None:
             local = layer_id - pool.start_layer
             k, v = pool.k_buffer[local], pool.v_buffer[local]
@@ -82,11 +81,12 @@ class StructserveNativeAttnBackend(TorchNativeAttnBackend):
 
     def _run(self, q, layer, forward_batch, new_lens, prefix_lens) -> torch.Tensor:
         q_ = q.reshape(-1, layer.tp_q_head_num, layer.qk_head_dim)
-        rotation = getattr(self._method(), "rotation", None)
+        method = self._method()
+        rotation = getattr(method, "rotation", None)
         if rotation is not None and rotation.keys:  # (q H)(k H)ᵀ = q kᵀ
             q_ = rotation.rotate(q_)
         o = q_.new_empty((q_.shape[0], layer.tp_q_head_num, layer.v_head_dim))
-        read = self._reader(layer.layer_id)
+        read = self._reader(layer.layer_id, method)
         req_to_token = self.req_to_token_pool.req_to_token
         start = 0
         for row, n, p in zip(forward_batch.req_pool_indices.tolist(), new_lens, prefix_lens):
