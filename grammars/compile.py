@@ -150,6 +150,10 @@ class GrammarCompiler:
         """Compile an EBNF grammar (xgrammar dialect)."""
         return self._compile("ebnf", ebnf)
 
+    def compile_regex(self, regex: str) -> CompileStats:
+        """Compile a regular expression (xgrammar's regex dialect, as SGLang dispatches it)."""
+        return self._compile("regex", regex)
+
     @property
     def worker_pid(self) -> int | None:
         """The worker's pid while one is running (for metrics and tests), else None."""
@@ -259,7 +263,7 @@ class GrammarCompiler:
             Unsupported(next((k for w, k in _WARNING_KEYWORDS if w in line), "unknown"), None, f"xgrammar: {line}")
             for line in detail
         ]
-        if kind == "ebnf":
+        if kind in ("ebnf", "regex"):
             return GrammarCompileError("xgrammar would not enforce this grammar exactly: " + "; ".join(detail))
         return UnsupportedKeywordError(lost)
 

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 __all__ = ["Kind", "VocabFacts", "accepts_a_first_token", "capture_warnings", "compile_text", "load_compiler"]
 
-Kind = Literal["json_schema", "structural_tag", "ebnf"]
+Kind = Literal["json_schema", "structural_tag", "ebnf", "regex"]
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,8 @@ def compile_text(compiler: Any, kind: Kind, text: str, *, any_whitespace: bool =
         return compiler.compile_json_schema(text, any_whitespace=any_whitespace)
     if kind == "ebnf":
         return compiler.compile_grammar(text)
+    if kind == "regex":
+        return compiler.compile_regex(text)
     if kind != "structural_tag":
         raise ValueError(f"unknown grammar kind {kind!r}")
     tag = json.loads(text)

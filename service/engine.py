@@ -21,7 +21,8 @@ from runtime_ext.kv_cache.sizing import KVMode
 from runtime_ext.plugin import INTERNAL_STATE_KEY
 from service.errors import EngineError, InvalidRequestError, ServiceError
 from service.settings import EngineSettings, PrefixBackend
-from service.types import EngineDelta, EngineOutput, GenerationPlan
+from service.token_text import TokenTexts
+from service.types import EngineDelta, EngineOutput, GenerationPlan, TokenLogprob
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +89,7 @@ class SGLangEngine:
     def __init__(self, engine: Any, options: EngineOptions):
         self._engine = engine
         self.options = options
+        self._token_texts: TokenTexts | None = None
 
     @classmethod
     def start(cls, options: EngineOptions) -> "SGLangEngine":
@@ -107,10 +109,31 @@ class SGLangEngine:
     def _tm(self) -> Any:
         return self._engine.tokenizer_manager
 
+    @property
+    def _texts(self) -> TokenTexts:
+        if self._token_texts is None:
+            self._token_texts = TokenTexts(self._tm.tokenizer)
+        return self._token_texts
+
+    def _logprobs(self, meta: dict[str, Any]) -> tuple[TokenLogprob, ...]:
+        """The output tokens' logprobs in ``meta`` (streamed: this increment's, as SGLang slices
+        them for incremental streaming output)."""
+        sampled, top = meta.get("output_token_logprobs"), meta.get("output_top_logprobs")
+        matched = (meta.get("finish_reason") or {}).get("matched")
+        if sampled and isinstance(matched, int) and sampled[-1][1] == matched:
+            # the stop token (EOS) ended the text but is not part of it: its logprob is not listed,
+            # so the listed tokens join to the text
+            sampled, top = sampled[:-1], top[:-1] if top else top
+        return self._texts.logprobs(sampled, top) if sampled else ()
+
+    def _prompt_logprobs(self, meta: dict[str, Any]) -> tuple[TokenLogprob, ...]:
+        entries = meta.get("input_token_logprobs")
+        return self._texts.logprobs(entries, meta.get("input_top_logprobs")) if entries else ()
+
     async def generate(self, plan: GenerationPlan, rid: str) -> EngineOutput:
         try:
             out = await self._engine.async_generate(
-                input_ids=list(plan.input_ids), sampling_params=_sampling_params(plan), rid=rid
+                input_ids=list(plan.input_ids), sampling_params=_sampling_params(plan), rid=rid, **_logprob_args(plan)
             )
         except asyncio.CancelledError:
             await self.abort(rid)
@@ -126,6 +149,8 @@ class SGLangEngine:
             prompt_tokens=int(meta["prompt_tokens"]),
             completion_tokens=int(meta["completion_tokens"]),
             cached_tokens=int(meta.get("cached_tokens", 0)),
+            logprobs=self._logprobs(meta),
+            prompt_logprobs=self._prompt_logprobs(meta),
         )
 
     async def stream(self, plan: GenerationPlan, rid: str) -> AsyncIterator[EngineDelta]:
@@ -137,6 +162,7 @@ class SGLangEngine:
                 sampling_params=_sampling_params(plan),
                 rid=rid,
                 stream=True,
+                **_logprob_args(plan),
             )
             async for out in gen:
                 meta = out["meta_info"]
@@ -150,6 +176,7 @@ class SGLangEngine:
                     finish_reason=reason,
                     token_ids=tuple(out.get("output_ids") or ()),
                     matched_stop=(meta.get("finish_reason") or {}).get("matched"),
+                    logprobs=self._logprobs(meta),
                 )
         except ValueError as exc:
             raise _abort_error(str(exc), 400, plan) from exc
@@ -210,6 +237,9 @@ def _sampling_params(plan: GenerationPlan) -> dict[str, Any]:
         "top_p": s.top_p,
         "presence_penalty": s.presence_penalty,
         "frequency_penalty": s.frequency_penalty,
+        "top_k": s.top_k,
+        "min_p": s.min_p,
+        "repetition_penalty": s.repetition_penalty,
     }
     if s.stop:
         params["stop"] = list(s.stop)
@@ -220,6 +250,15 @@ def _sampling_params(plan: GenerationPlan) -> dict[str, Any]:
     if plan.constraint is not None:
         params[plan.constraint.kind] = plan.constraint.value
     return params
+
+
+def _logprob_args(plan: GenerationPlan) -> dict[str, Any]:
+    if plan.logprobs is None:
+        return {}
+    args: dict[str, Any] = {"return_logprob": True, "top_logprobs_num": plan.logprobs}
+    if plan.prompt_logprobs:
+        args["logprob_start_len"] = 0
+    return args
 
 
 def _finish_reason(meta: dict[str, Any], plan: GenerationPlan) -> str:

@@ -30,6 +30,7 @@ class GrammarService:
             "json_schema": self._compiler.compile_json_schema,
             "structural_tag": self._compiler.compile_structural_tag,
             "ebnf": self._compiler.compile_ebnf,
+            "regex": self._compiler.compile_regex,
         }
 
     async def ensure_compiles(self, constraint: DecodeConstraint) -> None:

@@ -16,7 +16,7 @@ from runtime_ext.formats import select_format, select_reasoning_format
 from service.api.deps import ServiceState
 from service.api.errors import install_error_handlers
 from service.api.gate import Gate, RequestContext
-from service.api.routes import chat, health, metrics, models
+from service.api.routes import chat, completions, health, metrics, models
 from service.engine import SGLangEngine
 from service.grammar_gate import GrammarService
 from service.limits import Admission, KeyRing, TokenBucket, load_keys
@@ -47,6 +47,7 @@ async def _load(state: ServiceState, model_dir: Path, on_failure: Any) -> None:
             max_n=state.settings.request.max_n,
             default_max_tokens=state.settings.request.default_max_tokens,
             reasoning=policy,
+            vocab_size=info.vocab.vocab_size or len(template.tokenizer),
         )
         state.pipeline = ChatPipeline(engine, template, limits, state.grammar, g.allow_schema_loosening, formats)
         report = await engine.plugin_report()
@@ -96,7 +97,7 @@ def create_app(settings: Settings, model_dir: Path, served_model_name: str) -> F
     app = FastAPI(title="structserve", version="0.1.0", lifespan=lifespan)
     app.state.service = state
     install_error_handlers(app)
-    for module in (chat, models, health, metrics):
+    for module in (chat, completions, models, health, metrics):
         app.include_router(module.router)
 
     _add_gate(app, settings, state)

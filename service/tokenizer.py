@@ -54,6 +54,9 @@ class HFChatTemplate:
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
+    def decode(self, ids: Sequence[int]) -> str:
+        return str(self.tokenizer.decode(list(ids), skip_special_tokens=False))
+
 
 def _tool(tool: ToolDef) -> dict[str, Any]:
     function: dict[str, Any] = {"name": tool.name, "parameters": tool.parameters or EMPTY_PARAMETERS}

@@ -17,7 +17,8 @@ from service.protocol.openai import DeltaToolCall, SchemaValidation, ToolCall
 
 Role = Literal["system", "user", "assistant", "tool"]
 ToolMode = Literal["none", "auto", "required", "named"]
-ConstraintKind = Literal["json_schema", "structural_tag", "ebnf"]  # an SGLang sampling param
+ConstraintKind = Literal["json_schema", "structural_tag", "ebnf", "regex"]  # an SGLang sampling param
+PatternKind = Literal["regex", "choice", "grammar"]
 Phase = Literal["reasoning", "answer"]
 
 
@@ -80,6 +81,9 @@ class SamplingOptions:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     stop_token_ids: tuple[int, ...] = ()
+    top_k: int = -1  # -1: all tokens
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,18 @@ class JsonOutputSpec:
 
     schema: dict[str, Any] | bool | None
     name: str | None
+    param: str = "response_format.json_schema.schema"  # the request field, for error messages
+
+
+@dataclass(frozen=True)
+class PatternOutputSpec:
+    """The client asked for text matching a regex, one of ``choices``, or a grammar
+    (``text``: xgrammar EBNF or Lark); ``param`` is the request field it came from."""
+
+    kind: PatternKind
+    param: str
+    text: str = ""
+    choices: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -166,10 +182,14 @@ class ValidatedRequest:
     stream: bool
     include_usage: bool
     json_output: JsonOutputSpec | None = None
+    pattern_output: PatternOutputSpec | None = None
     tools: ToolRequest | None = None
     allow_schema_loosening: bool | None = None  # None = the server-wide default
     reasoning: ReasoningRequest | None = None  # None: the model has no reasoning format
     template_kwargs: tuple[tuple[str, Any], ...] = ()  # chat_template_kwargs minus enable_thinking
+    logprobs: int | None = None  # None: no logprobs; k: the sampled token's and the top k
+    prompt_param: str = "messages"  # the field that holds the prompt, for error messages
+    echo: bool = False  # completions: the prompt is part of the output (with its logprobs)
 
 
 @dataclass(frozen=True)
@@ -202,6 +222,19 @@ class GenerationPlan:
     sampling: SamplingOptions
     constraint: DecodeConstraint | None = None
     reasoning: ReasoningPlan | None = None
+    logprobs: int | None = None  # None: none; k: the sampled token's logprob and the top k
+    prompt_logprobs: bool = False  # also the prompt tokens' (the first has none)
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One generated token's logprob (and the top alternatives at its position), as the
+    engine computed it: after the grammar mask and temperature (docs/api.md)."""
+
+    token: str
+    token_bytes: tuple[int, ...]
+    logprob: float | None  # None: the first prompt token (nothing precedes it)
+    top: tuple[tuple[str, tuple[int, ...], float], ...] = ()  # (token, bytes, logprob), best first
 
 
 @dataclass(frozen=True)
@@ -215,6 +248,8 @@ class EngineDelta:
     finish_reason: str | None = None
     token_ids: tuple[int, ...] = ()  # the ids of this increment
     matched_stop: int | str | None = None  # the stop token id / string that ended it
+    logprobs: tuple[TokenLogprob, ...] = ()  # of this increment's tokens (when asked for)
+    prompt_logprobs: tuple[TokenLogprob, ...] = ()  # non-streamed, with GenerationPlan.prompt_logprobs
 
 
 @dataclass(frozen=True)
@@ -234,6 +269,8 @@ class EngineOutput:
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int
+    logprobs: tuple[TokenLogprob, ...] = ()
+    prompt_logprobs: tuple[TokenLogprob, ...] = ()  # with GenerationPlan.prompt_logprobs
 
 
 @dataclass(frozen=True)
@@ -245,6 +282,7 @@ class ServingLimits:
     max_n: int
     default_max_tokens: int | None
     reasoning: ReasoningPolicy | None = None  # None: the model has no reasoning format
+    vocab_size: int | None = None  # prompt token ids must be below it
 
 
 @dataclass(frozen=True)
@@ -262,6 +300,7 @@ class ChoiceEvent:
     content: str = ""
     tool_calls: tuple[DeltaToolCall, ...] = ()
     reasoning: str = ""
+    logprobs: tuple[TokenLogprob, ...] = ()
 
 
 @dataclass
@@ -273,6 +312,7 @@ class ChoiceResult:
     finish_reason: str
     validation: SchemaValidation | None
     reasoning: str | None = None
+    logprobs: tuple[TokenLogprob, ...] | None = None  # answer tokens, when asked for
 
 
 @dataclass(frozen=True)
@@ -311,6 +351,8 @@ class ChatTemplate(Protocol):
     ) -> list[int]: ...
 
     def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
 
 
 class GrammarChecker(Protocol):

@@ -26,7 +26,7 @@ from service.logs import REQUEST_ID
 
 log = logging.getLogger("structserve.access")
 _SANE_ID = re.compile(r"^[\w.:@/+=-]{1,128}$")
-ADMITTED = ("/v1/chat/completions",)
+ADMITTED = ("/v1/chat/completions", "/v1/completions", "/v1/responses")
 
 
 def _header(scope: dict, name: bytes) -> str | None:

@@ -70,19 +70,27 @@ class ChatPipeline:
             await self.grammar.ensure_compiles(constraint)
         return PreparedChat(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), request, plan)
 
-    def _output(self, chat: PreparedChat) -> ChoiceOutput:
+    def output(self, chat: PreparedChat) -> ChoiceOutput:
         r = chat.request.reasoning  # a thinking turn's output opens in the reasoning block
         setup = r.setup if r is not None and chat.plan.reasoning is not None else None
-        return ChoiceOutput(chat.plan.constraint, chat.request.tools, setup.fmt if setup is not None else None)
+        return ChoiceOutput(
+            chat.plan.constraint,
+            chat.request.tools,
+            setup.fmt if setup is not None else None,
+            logprobs=chat.request.logprobs is not None,
+        )
+
+    async def finished(self, chat: PreparedChat) -> list[FinishedChoice]:
+        """Every choice of ``chat``, run concurrently, in order."""
+        return list(await asyncio.gather(*(self._collect(chat, plan, rid) for rid, plan in _choices(chat))))
 
     async def complete(self, chat: PreparedChat) -> ChatCompletion:
-        finished = await asyncio.gather(*(self._collect(chat, plan, rid) for rid, plan in _choices(chat)))
-        response = completion(chat.rid, chat.created, chat.request.model, finished)
+        response = completion(chat.rid, chat.created, chat.request.model, await self.finished(chat))
         metrics.record_usage(response.usage)
         return response
 
     async def _collect(self, chat: PreparedChat, plan: GenerationPlan, rid: str) -> FinishedChoice:
-        out = self._output(chat)
+        out = self.output(chat)
         async for piece in collect_choice(self.engine, plan, rid):
             if (result := out.take(piece).result) is not None:
                 return FinishedChoice(result, piece.delta, piece.reasoning_tokens)
@@ -94,8 +102,8 @@ class ChatPipeline:
         for index in range(chat.request.n):
             yield chunks.role(index)
         last: dict[int, Piece] = {}
-        outputs = [self._output(chat) for _ in range(chat.request.n)]
-        async for index, piece in _merge(self.engine, chat):
+        outputs = [self.output(chat) for _ in range(chat.request.n)]
+        async for index, piece in merge_choices(self.engine, chat):
             if not last:
                 metrics.TTFT.observe(time.perf_counter() - started)
             last[index] = piece
@@ -131,7 +139,7 @@ def _choices(chat: PreparedChat) -> list[tuple[str, GenerationPlan]]:
     return out
 
 
-async def _merge(engine: EngineClient, chat: PreparedChat) -> AsyncIterator[tuple[int, Piece]]:
+async def merge_choices(engine: EngineClient, chat: PreparedChat) -> AsyncIterator[tuple[int, Piece]]:
     """Interleave the n choice streams; closing this generator aborts every one of them."""
     choices = _choices(chat)
     if len(choices) == 1:

@@ -12,13 +12,13 @@ rest is content.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from runtime_ext.formats import ReasoningFormat
 from runtime_ext.parsers import ParseEvent, ReasoningEvent, ReasoningParser, ToolCallParser
 from service.pipeline.output_validation import validate_calls, validate_output
 from service.protocol.openai import DeltaFunction, DeltaToolCall, FunctionCall, ToolCall
-from service.types import ChoiceEvent, ChoiceResult, ChoiceStep, DecodeConstraint, Piece, ToolRequest
+from service.types import ChoiceEvent, ChoiceResult, ChoiceStep, DecodeConstraint, Piece, TokenLogprob, ToolRequest
 
 
 @dataclass
@@ -37,8 +37,10 @@ class ChoiceOutput:
         constraint: DecodeConstraint | None,
         tools: ToolRequest | None,
         reasoning: ReasoningFormat | None = None,
+        logprobs: bool = False,
     ):
         self.constraint = constraint
+        self.logprobs: list[TokenLogprob] | None = [] if logprobs else None
         self.thinking = ReasoningParser(reasoning, in_reasoning=True) if reasoning is not None else None
         self.tools = tools if tools is not None and tools.mode != "none" else None
         self.parser = ToolCallParser(self.tools.format, self.tools.allowed) if self.tools is not None else None
@@ -51,9 +53,14 @@ class ChoiceOutput:
         text, reason = piece.delta.text, piece.delta.finish_reason
         feed = self._feed_reasoning if piece.phase == "reasoning" else self.feed
         events = (feed(text),) if text else ()
+        if self.logprobs is not None and piece.phase == "answer" and piece.delta.logprobs:
+            self.logprobs += piece.delta.logprobs  # the chunk that carries this increment's text carries them
+            first = events[0] if events else ChoiceEvent()
+            events = (replace(first, logprobs=piece.delta.logprobs),) + events[1:]
         if reason is None:
             return ChoiceStep(events)
         event, result = self.finish(reason)
+        result.logprobs = None if self.logprobs is None else tuple(self.logprobs)
         return ChoiceStep(events + (event,), result)
 
     def _feed_reasoning(self, text: str) -> ChoiceEvent:

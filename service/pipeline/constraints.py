@@ -17,18 +17,42 @@ from grammars.errors import GrammarError
 from grammars.json_schema import JSON_OBJECT_SCHEMA, CheckedSchema, check_schema
 from grammars.pythonic import PythonicSchemaError
 from grammars.tool_calls import ToolSpec, tool_call_constraint
-from service.types import DecodeConstraint, ToolRequest, ValidatedRequest
-
-SCHEMA_PARAM = "response_format.json_schema.schema"
+from service.errors import InvalidRequestError
+from service.types import DecodeConstraint, PatternOutputSpec, ToolRequest, ValidatedRequest
 
 
 def build_constraint(req: ValidatedRequest, default_loosening: bool) -> DecodeConstraint | None:
     """None when the output is free text; raises GrammarError (param set) otherwise."""
     loosen = default_loosening if req.allow_schema_loosening is None else req.allow_schema_loosening
     answer = _answer(req, loosen)
+    pattern = req.pattern_output
     if req.tools is None or req.tools.mode == "none":
+        if pattern is not None:
+            return pattern_constraint(pattern)
         return None if answer is None else _json_constraint(*answer)
+    if pattern is not None and req.tools.mode == "auto":
+        raise InvalidRequestError(
+            f"'{pattern.param}' cannot be combined with tool_choice 'auto' (the answer would be a call or "
+            "the pattern); use tool_choice 'none' for the pattern, or 'required' for calls",
+            param=pattern.param,
+        )
     return _tool_constraint(req.tools, loosen, answer)
+
+
+def pattern_constraint(spec: PatternOutputSpec) -> DecodeConstraint:
+    """A regex goes to the engine as is; a choice and a Lark grammar become xgrammar EBNF."""
+    if spec.kind == "regex":
+        return DecodeConstraint("regex", spec.text, param=spec.param)
+    from grammars.lark import choice_to_ebnf, is_probably_lark, lark_to_ebnf
+
+    try:
+        if spec.kind == "choice":
+            text = choice_to_ebnf(spec.choices)
+        else:
+            text = lark_to_ebnf(spec.text) if is_probably_lark(spec.text) else spec.text
+    except GrammarError as exc:
+        raise exc.with_param(spec.param) from None
+    return DecodeConstraint("ebnf", text, param=spec.param)
 
 
 def _answer(req: ValidatedRequest, loosen: bool) -> tuple[CheckedSchema, Any, str] | None:
@@ -37,8 +61,8 @@ def _answer(req: ValidatedRequest, loosen: bool) -> tuple[CheckedSchema, Any, st
     if spec is None:
         return None
     if spec.schema is None:
-        return check_schema(JSON_OBJECT_SCHEMA), JSON_OBJECT_SCHEMA, "response_format"
-    return _checked(spec.schema, loosen, SCHEMA_PARAM), spec.schema, SCHEMA_PARAM
+        return check_schema(JSON_OBJECT_SCHEMA), JSON_OBJECT_SCHEMA, spec.param
+    return _checked(spec.schema, loosen, spec.param), spec.schema, spec.param
 
 
 def _checked(schema: Any, loosen: bool, param: str) -> CheckedSchema:

@@ -28,7 +28,8 @@ async def collect_choice(engine: EngineClient, plan: GenerationPlan, rid: str) -
             yield piece
         return
     o = await engine.generate(plan, rid)
-    yield Piece("answer", EngineDelta(o.text, o.completion_tokens, o.prompt_tokens, o.cached_tokens, o.finish_reason))
+    delta = EngineDelta(o.text, o.completion_tokens, o.prompt_tokens, o.cached_tokens, o.finish_reason)
+    yield Piece("answer", replace(delta, logprobs=o.logprobs, prompt_logprobs=o.prompt_logprobs))
 
 
 async def stream_choice(engine: EngineClient, plan: GenerationPlan, rid: str) -> AsyncGenerator[Piece, None]:
@@ -47,6 +48,7 @@ async def stream_choice(engine: EngineClient, plan: GenerationPlan, rid: str) ->
             max_new_tokens=limit,
             constraint=None,
             reasoning=None,
+            logprobs=None,  # logprobs cover the answer's tokens (docs/api.md)
             sampling=replace(plan.sampling, stop=(r.end_text,), stop_token_ids=(r.end_id,)),
         )
         async for delta in _closing(engine.stream(phase1, f"{rid}-think")):

@@ -27,8 +27,8 @@ def make_plan(
         raise ContextLengthError(
             f"the prompt is {prompt_len} tokens; this model's context is "
             f"{limits.context_length} tokens, which leaves no room to generate. "
-            "Shorten the messages",
-            param="messages",
+            f"Shorten the {req.prompt_param}",
+            param=req.prompt_param,
         )
     if req.max_tokens is None:
         max_new = room if limits.default_max_tokens is None else min(room, limits.default_max_tokens)
@@ -36,7 +36,7 @@ def make_plan(
         raise ContextLengthError(
             f"'{req.max_tokens_param}' is {req.max_tokens} but the prompt is {prompt_len} "
             f"tokens and the context is {limits.context_length}; set "
-            f"'{req.max_tokens_param}' to at most {room} or shorten the messages",
+            f"'{req.max_tokens_param}' to at most {room} or shorten the {req.prompt_param}",
             param=req.max_tokens_param,
         )
     else:
@@ -47,6 +47,8 @@ def make_plan(
         sampling=req.sampling,
         constraint=constraint,
         reasoning=_reasoning(req, max_new),
+        logprobs=req.logprobs,
+        prompt_logprobs=req.echo and req.logprobs is not None,
     )
 
 

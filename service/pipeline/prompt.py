@@ -52,3 +52,33 @@ def _inline(message: Message, fmt: ToolFormat, names: dict[str, str]) -> Message
         name = names.get(message.tool_call_id or "", "the function")
         return Message("user", f"Result of {name} (call {message.tool_call_id}):\n{message.content}")
     return message
+
+
+def completion_prompts(
+    prompt: str | list[str] | list[int] | list[list[int]], template: ChatTemplate, vocab_size: int | None
+) -> list[PromptIds]:
+    """``/v1/completions``' ``prompt``: a text, token ids, or a list of either (one batch)."""
+    items: list[str | list[int]]
+    if isinstance(prompt, str) or (prompt and all(isinstance(t, int) for t in prompt)):
+        items = [prompt]  # type: ignore[list-item]
+    else:
+        items = list(prompt)  # type: ignore[arg-type]
+    if not items:
+        raise InvalidRequestError("'prompt' is empty; give a text or token ids", param="prompt")
+    return [
+        _completion_prompt(item, template, vocab_size, f"prompt.{i}" if len(items) > 1 else "prompt")
+        for i, item in enumerate(items)
+    ]
+
+
+def _completion_prompt(item: str | list[int], template: ChatTemplate, vocab_size: int | None, param: str) -> PromptIds:
+    ids = template.encode(item) if isinstance(item, str) else list(item)
+    if not ids:
+        raise InvalidRequestError(f"'{param}' is empty; give a text or token ids", param=param)
+    bad = next((t for t in ids if t < 0 or (vocab_size is not None and t >= vocab_size)), None)
+    if bad is not None:
+        raise InvalidRequestError(
+            f"'{param}' holds the token id {bad}, outside this model's vocabulary [0, {vocab_size})",
+            param=param,
+        )
+    return PromptIds(tuple(ids))

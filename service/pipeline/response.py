@@ -4,17 +4,38 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from service.protocol.completions import Completion, CompletionChoice, CompletionLogprobs
 from service.protocol.openai import (
     AssistantMessage,
     ChatCompletion,
     ChatCompletionChunk,
     Choice,
+    ChoiceLogprobs,
     ChunkChoice,
     Delta,
     SchemaValidation,
+    TokenLogprobOut,
+    TopLogprob,
     Usage,
 )
-from service.types import ChoiceEvent, FinishedChoice
+from service.types import ChoiceEvent, FinishedChoice, TokenLogprob
+
+
+def choice_logprobs(logprobs: Sequence[TokenLogprob] | None) -> ChoiceLogprobs | None:
+    """OpenAI's ``logprobs`` object of a choice (or of a chunk's increment)."""
+    if logprobs is None:
+        return None
+    return ChoiceLogprobs(
+        content=[
+            TokenLogprobOut(
+                token=t.token,
+                logprob=_sampled(t),
+                bytes=list(t.token_bytes),
+                top_logprobs=[TopLogprob(token=tok, logprob=lp, bytes=list(data)) for tok, data, lp in t.top],
+            )
+            for t in logprobs
+        ]
+    )
 
 
 def make_usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int, reasoning_tokens: int = 0) -> Usage:
@@ -35,7 +56,15 @@ def completion(rid: str, created: int, model: str, finished: Sequence[FinishedCh
         message = AssistantMessage(
             content=r.content, tool_calls=r.tool_calls, reasoning_content=r.reasoning, reasoning=r.reasoning
         )
-        choices.append(Choice(index=i, message=message, finish_reason=r.finish_reason, schema_validation=r.validation))
+        choices.append(
+            Choice(
+                index=i,
+                message=message,
+                finish_reason=r.finish_reason,
+                schema_validation=r.validation,
+                logprobs=choice_logprobs(r.logprobs),
+            )
+        )
     usage = make_usage(
         prompt_tokens=finished[0].counts.prompt_tokens,
         completion_tokens=sum(f.counts.completion_tokens for f in finished),
@@ -60,7 +89,7 @@ class ChunkFactory:
 
     def event(self, index: int, event: ChoiceEvent) -> ChatCompletionChunk | None:
         """The chunk for what a choice produced (None when it produced nothing yet)."""
-        if not event.content and not event.tool_calls and not event.reasoning:
+        if not event.content and not event.tool_calls and not event.reasoning and not event.logprobs:
             return None
         reasoning = event.reasoning or None
         delta = Delta(
@@ -69,7 +98,8 @@ class ChunkFactory:
             reasoning_content=reasoning,
             reasoning=reasoning,
         )
-        return self._chunk([ChunkChoice(index=index, delta=delta)])
+        logprobs = choice_logprobs(event.logprobs) if event.logprobs else None
+        return self._chunk([ChunkChoice(index=index, delta=delta, logprobs=logprobs)])
 
     def finish(self, index: int, reason: str, validation: SchemaValidation | None = None) -> ChatCompletionChunk:
         choice = ChunkChoice(index=index, delta=Delta(), finish_reason=reason, schema_validation=validation)
@@ -77,3 +107,41 @@ class ChunkFactory:
 
     def usage(self, usage: Usage) -> ChatCompletionChunk:
         return self._chunk([], usage)
+
+
+def _sampled(t: TokenLogprob) -> float:
+    if t.logprob is None:  # only a first prompt token has none; chat logprobs are of sampled tokens
+        raise ValueError(f"token {t.token!r} has no logprob")
+    return t.logprob
+
+
+def legacy_logprobs(tokens: Sequence[TokenLogprob], start: int = 0) -> CompletionLogprobs:
+    """The completions endpoint's logprobs: parallel lists; ``text_offset`` counts characters
+    from the start of the choice's text (``start``: where these tokens begin)."""
+    offsets, at = [], start
+    for t in tokens:
+        offsets.append(at)
+        at += len(t.token)
+    return CompletionLogprobs(
+        tokens=[t.token for t in tokens],
+        token_logprobs=[t.logprob for t in tokens],
+        top_logprobs=[None if t.logprob is None else {tok: lp for tok, _, lp in t.top} for t in tokens],
+        text_offset=offsets,
+    )
+
+
+def text_choice(index: int, echo: str, f: FinishedChoice, want_logprobs: bool) -> CompletionChoice:
+    """One finished completions choice; with ``echo`` the prompt (and its logprobs) come first."""
+    r = f.result
+    text = r.content or ""
+    logprobs = None
+    if want_logprobs:
+        tokens = tuple(f.counts.prompt_logprobs if echo else ()) + tuple(r.logprobs or ())
+        logprobs = legacy_logprobs(tokens)
+    return CompletionChoice(index=index, text=echo + text, finish_reason=r.finish_reason, logprobs=logprobs)
+
+
+def text_completion(
+    rid: str, created: int, model: str, choices: Sequence[CompletionChoice], usage: Usage
+) -> Completion:
+    return Completion(id=rid, created=created, model=model, choices=list(choices), usage=usage)

@@ -7,13 +7,16 @@ It also resolves what the later stages need from the served model: the tool-call
 from __future__ import annotations
 
 from service.errors import InvalidRequestError, ModelNotFoundError, UnsupportedParameterError
+from service.pipeline.validate_output import output_spec
 from service.pipeline.validate_reasoning import template_kwargs, validate_reasoning
 from service.pipeline.validate_tools import check_tool_results, tool_calls_of, validate_tools
+from service.protocol.completions import CompletionRequest
 from service.protocol.openai import ChatCompletionRequest, ChatMessage
 from service.types import (
     JsonOutputSpec,
     Message,
     ModelFormats,
+    PatternOutputSpec,
     SamplingOptions,
     ServingLimits,
     ValidatedRequest,
@@ -32,6 +35,7 @@ def validate_request(
             param="model",
         )
     max_tokens, param = _max_tokens(req)
+    output = output_spec(req)
     return ValidatedRequest(
         model=req.model,
         messages=_messages(req.messages),
@@ -41,33 +45,46 @@ def validate_request(
         n=_n(req.n, limits.max_n),
         stream=req.stream,
         include_usage=bool(req.stream_options and req.stream_options.include_usage),
-        json_output=_json_output(req),
+        json_output=output if isinstance(output, JsonOutputSpec) else None,
+        pattern_output=output if isinstance(output, PatternOutputSpec) else None,
         tools=validate_tools(req, formats.tools),
         allow_schema_loosening=req.allow_schema_loosening,
         reasoning=validate_reasoning(req, limits.reasoning, formats.reasoning, max_tokens, param),
         template_kwargs=template_kwargs(req),
+        logprobs=_logprobs(req),
     )
 
 
-def _json_output(req: ChatCompletionRequest) -> JsonOutputSpec | None:
-    """``response_format`` -> what JSON the client wants (None = free text)."""
-    fmt = req.response_format
-    if fmt is None or fmt.type == "text":
-        if fmt is not None and fmt.json_schema is not None:
-            raise InvalidRequestError(
-                "'response_format.json_schema' is only allowed with type 'json_schema'",
-                param="response_format.json_schema",
-            )
-        return None
-    if fmt.type == "json_object":
-        return JsonOutputSpec(schema=None, name=None)
-    if fmt.json_schema is None or fmt.json_schema.schema_ is None:
-        raise InvalidRequestError(
-            "response_format type 'json_schema' needs 'json_schema': {'name': ..., 'schema': {...}}",
-            param="response_format.json_schema.schema",
+def validate_completion(req: CompletionRequest, limits: ServingLimits) -> ValidatedRequest:
+    """The checks of ``POST /v1/completions`` (the prompt itself is the prompt stage's)."""
+    if req.model != limits.served_model_name:
+        raise ModelNotFoundError(
+            f"model '{req.model}' is not served here; use '{limits.served_model_name}' (see GET /v1/models)",
+            param="model",
         )
-    spec = fmt.json_schema
-    return JsonOutputSpec(schema=spec.schema_, name=spec.name)
+    if req.max_tokens is not None and req.max_tokens < 1:
+        raise InvalidRequestError(f"'max_tokens' must be at least 1, got {req.max_tokens}", param="max_tokens")
+    if req.echo and req.stream and req.logprobs is not None:
+        raise UnsupportedParameterError(
+            "'echo' with 'logprobs' is not supported when streaming; drop one of them or set 'stream': false",
+            param="echo",
+        )
+    output = output_spec(req)
+    return ValidatedRequest(
+        model=req.model,
+        messages=(),
+        sampling=_sampling(req),
+        max_tokens=req.max_tokens,
+        max_tokens_param="max_tokens",
+        n=_n(req.n, limits.max_n),
+        stream=req.stream,
+        include_usage=bool(req.stream_options and req.stream_options.include_usage),
+        json_output=output if isinstance(output, JsonOutputSpec) else None,
+        pattern_output=output if isinstance(output, PatternOutputSpec) else None,
+        logprobs=req.logprobs,
+        prompt_param="prompt",
+        echo=req.echo,
+    )
 
 
 def _messages(messages: list[ChatMessage]) -> tuple[Message, ...]:
@@ -132,7 +149,7 @@ def _max_tokens(req: ChatCompletionRequest) -> tuple[int | None, str]:
     return value, param
 
 
-def _sampling(req: ChatCompletionRequest) -> SamplingOptions:
+def _sampling(req: ChatCompletionRequest | CompletionRequest) -> SamplingOptions:
     stop = (req.stop,) if isinstance(req.stop, str) else tuple(req.stop or ())
     if len(stop) > MAX_STOP_SEQUENCES:
         raise InvalidRequestError(
@@ -148,7 +165,17 @@ def _sampling(req: ChatCompletionRequest) -> SamplingOptions:
         stop=stop,
         presence_penalty=req.presence_penalty or 0.0,
         frequency_penalty=req.frequency_penalty or 0.0,
+        top_k=-1 if not req.top_k else req.top_k,  # vLLM: 0 and -1 both mean all tokens
+        min_p=req.min_p or 0.0,
+        repetition_penalty=1.0 if req.repetition_penalty is None else req.repetition_penalty,
     )
+
+
+def _logprobs(req: ChatCompletionRequest) -> int | None:
+    """How many top alternatives to return per token (None: no logprobs)."""
+    if req.top_logprobs is not None and not req.logprobs:
+        raise InvalidRequestError("'top_logprobs' needs 'logprobs': true", param="top_logprobs")
+    return (req.top_logprobs or 0) if req.logprobs else None
 
 
 def _n(n: int, max_n: int) -> int:

@@ -105,8 +105,24 @@ class JSONSchemaSpec(_Strict):
 
 
 class ResponseFormat(_Strict):
-    type: Literal["text", "json_object", "json_schema"]
+    """OpenAI's types, plus the structserve extensions ``regex``, ``choice`` and ``grammar``
+    (the same constraints as ``structured_outputs``; docs/api.md)."""
+
+    type: Literal["text", "json_object", "json_schema", "regex", "choice", "grammar"]
     json_schema: JSONSchemaSpec | None = None
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None
+
+
+class StructuredOutputs(_Strict):
+    """vLLM's ``structured_outputs``: exactly one of these constraints."""
+
+    json_: dict[str, Any] | bool | str | None = Field(None, alias="json")
+    json_object: bool | None = None
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None
 
 
 class ChatCompletionRequest(_Strict):
@@ -130,7 +146,8 @@ class ChatCompletionRequest(_Strict):
     chat_template_kwargs: dict[str, Any] | None = None
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
     max_reasoning_tokens: int | None = Field(
-        None, validation_alias=AliasChoices("max_reasoning_tokens", "max_thinking_tokens")
+        None,
+        validation_alias=AliasChoices("max_reasoning_tokens", "max_thinking_tokens", "thinking_token_budget"),
     )
     # structserve extension: accept schema keywords the grammar cannot enforce exactly
     # (they are dropped from the grammar; the output is still validated against them).
@@ -138,6 +155,30 @@ class ChatCompletionRequest(_Strict):
     presence_penalty: float | None = Field(None, ge=-2, le=2)
     frequency_penalty: float | None = Field(None, ge=-2, le=2)
     user: str | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    # other servers' names (docs/api.md, "Field names of other servers")
+    top_k: int | None = Field(None, ge=-1)  # vLLM/SGLang: -1 or 0 = all tokens
+    min_p: float | None = Field(None, ge=0, le=1)
+    repetition_penalty: float | None = Field(None, gt=0, le=2)
+    structured_outputs: StructuredOutputs | None = None  # vLLM
+    regex: str | None = None  # SGLang
+    ebnf: str | None = None  # SGLang
+
+
+class TopLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+
+
+class TokenLogprobOut(TopLogprob):
+    top_logprobs: list[TopLogprob]
+
+
+class ChoiceLogprobs(BaseModel):
+    content: list[TokenLogprobOut] | None
+    refusal: None = None
 
 
 class Usage(BaseModel):
@@ -167,7 +208,7 @@ class Choice(BaseModel):
     index: int
     message: AssistantMessage
     finish_reason: str | None
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
     schema_validation: SchemaValidation | None = None
 
 
@@ -207,7 +248,7 @@ class ChunkChoice(BaseModel):
     index: int
     delta: Delta
     finish_reason: str | None = None
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
     schema_validation: SchemaValidation | None = None
 
 

@@ -14,7 +14,7 @@ import pytest
 
 PIPELINE = Path(__file__).resolve().parents[3] / "service" / "pipeline"
 PRIVATE_HELPERS = {
-    "validate": {"validate_tools", "validate_reasoning"},
+    "validate": {"validate_tools", "validate_reasoning", "validate_output"},
     "choice": {"output_validation"},
 }
 STAGES = ("validate", "constraints", "prompt", "plan", "generate", "choice", "response")
@@ -36,7 +36,7 @@ def pipeline_imports(source: str) -> set[str]:
 
 def test_every_module_is_a_stage_a_helper_or_the_orchestrator():
     modules = {p.stem for p in PIPELINE.glob("*.py")} - {"__init__"}
-    assert modules == set(STAGES) | set(HELPERS) | {"chat"}
+    assert modules == set(STAGES) | set(HELPERS) | {"chat", "completion"}
 
 
 @pytest.mark.parametrize("name", STAGES + HELPERS)

@@ -1,0 +1,37 @@
+"""POST /v1/completions (thin: all logic lives in the pipeline)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import Response, StreamingResponse
+
+from service.api.deps import ready_pipeline
+from service.api.disconnect import ClientDisconnected, unless_disconnected
+from service.api.sse import sse
+from service.pipeline.chat import ChatPipeline
+from service.pipeline.completion import CompletionPipeline
+from service.protocol.completions import Completion, CompletionRequest
+
+router = APIRouter()
+
+
+@router.post("/v1/completions", response_model=Completion)
+async def completions(
+    body: CompletionRequest,
+    request: Request,
+    chat: Annotated[ChatPipeline, Depends(ready_pipeline)],
+):
+    pipeline = CompletionPipeline(chat)
+    prepared = await pipeline.prepare(body)
+    if body.stream:
+        return StreamingResponse(
+            sse(pipeline.stream(prepared)),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+    try:
+        return await unless_disconnected(request, pipeline.complete(prepared))
+    except ClientDisconnected:
+        return Response(status_code=499)  # nobody reads it; for logs and metrics only
