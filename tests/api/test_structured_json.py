@@ -12,6 +12,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 CORPUS = json.loads((Path(__file__).parent.parent / "data" / "json_schemas.json").read_text())
+HALF = CORPUS[0::2]
 USER = [{"role": "user", "content": "Fill in the record with plausible example data."}]
 
 
@@ -25,7 +26,8 @@ def _fmt(schema, name="out"):
 
 
 def test_corpus_outputs_that_finish_validate_smollm2(smol_server):
-    """Every finished output validates; truncated ones are reported as such."""
+    """Every finished output validates; truncated ones are reported as such. The corpus'
+    even-indexed half (suite time; every schema of it is compiled in tests/grammars)."""
 
     def one(entry):
         resp = _post(
@@ -39,7 +41,7 @@ def test_corpus_outputs_that_finish_validate_smollm2(smol_server):
         return entry, resp.json()["choices"][0]
 
     with ThreadPoolExecutor(8) as pool:
-        results = list(pool.map(one, CORPUS))
+        results = list(pool.map(one, HALF))
     finished = 0
     for entry, choice in results:
         text, check = choice["message"]["content"], choice["schema_validation"]
@@ -50,10 +52,10 @@ def test_corpus_outputs_that_finish_validate_smollm2(smol_server):
         else:
             assert choice["finish_reason"] == "length" and check["valid"] is False
             assert "truncated" in check["error"]
-    assert len(CORPUS) >= 30
+    assert len(HALF) >= 15
     # a 135M model loops on some long schemas; what finishes must validate, and enough
-    # finish for that to mean something (measured: 14/37 within 256 tokens, greedy)
-    assert finished >= len(CORPUS) // 4, f"only {finished}/{len(CORPUS)} finished within 192 tokens"
+    # finish for that to mean something (measured: 14/37 of the whole corpus within 256 tokens, greedy)
+    assert finished >= len(HALF) // 4, f"only {finished}/{len(HALF)} finished within 192 tokens"
 
 
 BOUNDED = [

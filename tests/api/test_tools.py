@@ -84,7 +84,7 @@ def check_required(choice, tool) -> str:
     return "truncated"
 
 
-def run_required(server, max_tokens):
+def run_required(server, max_tokens, tools):
     def one(tool):
         resp = ask(
             server, [tool], prompt_for(tool), tool_choice="required", parallel_tool_calls=False, max_tokens=max_tokens
@@ -92,20 +92,21 @@ def run_required(server, max_tokens):
         return check_required(resp.choices[0], tool)
 
     with ThreadPoolExecutor(8) as pool:
-        return list(pool.map(one, TOOLS))
+        return list(pool.map(one, tools))
 
 
+# each model gets half the corpus (suite time): SmolLM2 the even-indexed tools, Qwen3 the odd ones
 def test_required_over_the_tool_corpus_smollm2(smol_server):
-    outcomes = run_required(smol_server, max_tokens=256)
-    assert len(outcomes) >= 30
+    outcomes = run_required(smol_server, max_tokens=256, tools=TOOLS[0::2])
+    assert len(outcomes) >= 20
     finished = outcomes.count("finished")
     assert finished >= 0.9 * len(outcomes), f"only {finished}/{len(outcomes)} finished within 256 tokens"
 
 
 def test_required_over_the_tool_corpus_tiny_qwen3(qwen_server):
-    outcomes = run_required(qwen_server, max_tokens=64)
+    outcomes = run_required(qwen_server, max_tokens=64, tools=TOOLS[1::2])
     # random weights: what finishes validates (checked above); count both for the record
-    assert len(outcomes) >= 30 and set(outcomes) <= {"finished", "truncated"}
+    assert len(outcomes) >= 20 and set(outcomes) <= {"finished", "truncated"}
     assert outcomes.count("finished") >= 1
 
 
