@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from runtime_ext.formats import ReasoningFormat, ToolFormat
-from service.protocol.openai import DeltaToolCall, SchemaValidation, ToolCall
+from service.protocol.openai import CustomToolCall, DeltaToolCall, SchemaValidation, ToolCall
 
 Role = Literal["system", "user", "assistant", "tool"]
 ToolMode = Literal["none", "auto", "required", "named"]
 ConstraintKind = Literal["json_schema", "structural_tag", "ebnf", "regex"]  # an SGLang sampling param
-PatternKind = Literal["regex", "choice", "grammar"]
+PatternKind = Literal["regex", "choice", "grammar", "lark"]  # grammar: EBNF or Lark (detected); lark: Lark
 Phase = Literal["reasoning", "answer"]
 
 
@@ -42,13 +42,28 @@ class Message:
 
 
 @dataclass(frozen=True)
+class PatternOutputSpec:
+    """The client asked for text matching a regex, one of ``choices``, or a grammar
+    (``text``: xgrammar EBNF or Lark); ``param`` is the request field it came from."""
+
+    kind: PatternKind
+    param: str
+    text: str = ""
+    choices: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class ToolDef:
-    """A function the client offers (``parameters`` None = no arguments)."""
+    """A function the client offers (``parameters`` None = no arguments). A ``custom`` tool
+    (``kind``) takes text, shown to the model as one string parameter ``input``; ``grammar``
+    is what that text must match (None: free text)."""
 
     name: str
     description: str | None
     parameters: dict[str, Any] | None
     strict: bool
+    kind: Literal["function", "custom"] = "function"
+    grammar: PatternOutputSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -70,6 +85,13 @@ class ToolRequest:
 
     def schema_of(self, name: str) -> dict[str, Any] | None:
         return next(t.parameters for t in self.tools if t.name == name)
+
+    @property
+    def forced_custom(self) -> ToolDef | None:
+        """The custom tool a named ``tool_choice`` forces (its input is the whole answer)."""
+        if self.mode != "named":
+            return None
+        return next((t for t in self.tools if t.name == self.allowed[0] and t.kind == "custom"), None)
 
 
 @dataclass(frozen=True)
@@ -93,17 +115,6 @@ class JsonOutputSpec:
     schema: dict[str, Any] | bool | None
     name: str | None
     param: str = "response_format.json_schema.schema"  # the request field, for error messages
-
-
-@dataclass(frozen=True)
-class PatternOutputSpec:
-    """The client asked for text matching a regex, one of ``choices``, or a grammar
-    (``text``: xgrammar EBNF or Lark); ``param`` is the request field it came from."""
-
-    kind: PatternKind
-    param: str
-    text: str = ""
-    choices: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -308,7 +319,7 @@ class ChoiceResult:
     """The finished choice. ``content`` None when the model only called tools."""
 
     content: str | None
-    tool_calls: list[ToolCall] | None
+    tool_calls: list[ToolCall | CustomToolCall] | None
     finish_reason: str
     validation: SchemaValidation | None
     reasoning: str | None = None

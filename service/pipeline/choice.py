@@ -17,7 +17,15 @@ from dataclasses import dataclass, field, replace
 from runtime_ext.formats import ReasoningFormat
 from runtime_ext.parsers import ParseEvent, ReasoningEvent, ReasoningParser, ToolCallParser
 from service.pipeline.output_validation import validate_calls, validate_output
-from service.protocol.openai import DeltaFunction, DeltaToolCall, FunctionCall, ToolCall
+from service.protocol.openai import (
+    CustomCall,
+    CustomToolCall,
+    DeltaCustom,
+    DeltaFunction,
+    DeltaToolCall,
+    FunctionCall,
+    ToolCall,
+)
 from service.types import ChoiceEvent, ChoiceResult, ChoiceStep, DecodeConstraint, Piece, TokenLogprob, ToolRequest
 
 
@@ -42,7 +50,8 @@ class ChoiceOutput:
         self.constraint = constraint
         self.logprobs: list[TokenLogprob] | None = [] if logprobs else None
         self.thinking = ReasoningParser(reasoning, in_reasoning=True) if reasoning is not None else None
-        self.tools = tools if tools is not None and tools.mode != "none" else None
+        self.custom = tools.forced_custom if tools is not None else None  # the answer is its input
+        self.tools = tools if tools is not None and tools.mode != "none" and self.custom is None else None
         self.parser = ToolCallParser(self.tools.format, self.tools.allowed) if self.tools is not None else None
         self.content: list[str] = []
         self.calls: dict[int, _Call] = {}
@@ -76,6 +85,8 @@ class ChoiceOutput:
         return ChoiceEvent(answer.content, answer.tool_calls, event.reasoning)
 
     def feed(self, text: str) -> ChoiceEvent:
+        if self.custom is not None:
+            return self._custom_input(text)
         if self.parser is None:
             self.content.append(text)
             return ChoiceEvent(content=text)
@@ -110,7 +121,29 @@ class ChoiceOutput:
             self.content.append(parsed.content)
         return ChoiceEvent(parsed.content, tuple(deltas))
 
+    def _custom_input(self, text: str) -> ChoiceEvent:
+        """The forced custom call: its first delta names it, then input fragments follow."""
+        first = not self.calls
+        if first:
+            self.calls[0] = _Call(f"call_{uuid.uuid4().hex[:24]}", self.custom.name if self.custom else "")
+        call = self.calls[0]
+        call.arguments.append(text)
+        delta = DeltaToolCall(
+            index=0,
+            id=call.id if first else None,
+            type="custom" if first else None,
+            custom=DeltaCustom(name=call.name if first else None, input=text),
+        )
+        return ChoiceEvent(tool_calls=(delta,))
+
+    def _custom_result(self, finish_reason: str) -> ChoiceResult:
+        call = self.calls.get(0) or _Call(f"call_{uuid.uuid4().hex[:24]}", self.custom.name if self.custom else "")
+        made = CustomToolCall(id=call.id, custom=CustomCall(name=call.name, input="".join(call.arguments)))
+        return ChoiceResult(None, [made], "tool_calls" if finish_reason == "stop" else finish_reason, None)
+
     def _result(self, finish_reason: str) -> ChoiceResult:
+        if self.custom is not None:
+            return self._custom_result(finish_reason)
         text = "".join(self.content)
         calls = [
             ToolCall(id=c.id, function=FunctionCall(name=c.name, arguments="".join(c.arguments)))
@@ -124,4 +157,5 @@ class ChoiceOutput:
             validation = validate_output(text, self.constraint, finish_reason) or validation
         if complete and finish_reason == "stop":
             finish_reason = "tool_calls"
-        return ChoiceResult(text or (None if calls else ""), calls or None, finish_reason, validation)
+        made: list[ToolCall | CustomToolCall] = list(calls)
+        return ChoiceResult(text or (None if calls else ""), made or None, finish_reason, validation)

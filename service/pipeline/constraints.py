@@ -23,6 +23,9 @@ from service.types import DecodeConstraint, PatternOutputSpec, ToolRequest, Vali
 
 def build_constraint(req: ValidatedRequest, default_loosening: bool) -> DecodeConstraint | None:
     """None when the output is free text; raises GrammarError (param set) otherwise."""
+    if req.tools is not None and (custom := req.tools.forced_custom) is not None:
+        # the whole answer is the custom tool's input: its grammar, or free text
+        return None if custom.grammar is None else pattern_constraint(custom.grammar)
     loosen = default_loosening if req.allow_schema_loosening is None else req.allow_schema_loosening
     answer = _answer(req, loosen)
     pattern = req.pattern_output
@@ -40,7 +43,9 @@ def build_constraint(req: ValidatedRequest, default_loosening: bool) -> DecodeCo
 
 
 def pattern_constraint(spec: PatternOutputSpec) -> DecodeConstraint:
-    """A regex goes to the engine as is; a choice and a Lark grammar become xgrammar EBNF."""
+    """A regex goes to the engine as is; a choice and a Lark grammar become xgrammar EBNF.
+    (A grammar with ``::=`` is xgrammar EBNF already, as vLLM decides; a custom tool's Lark
+    definition is always Lark.)"""
     if spec.kind == "regex":
         return DecodeConstraint("regex", spec.text, param=spec.param)
     from grammars.lark import choice_to_ebnf, is_probably_lark, lark_to_ebnf
@@ -49,7 +54,8 @@ def pattern_constraint(spec: PatternOutputSpec) -> DecodeConstraint:
         if spec.kind == "choice":
             text = choice_to_ebnf(spec.choices)
         else:
-            text = lark_to_ebnf(spec.text) if is_probably_lark(spec.text) else spec.text
+            lark = spec.kind == "lark" or is_probably_lark(spec.text)
+            text = lark_to_ebnf(spec.text) if lark else spec.text
     except GrammarError as exc:
         raise exc.with_param(spec.param) from None
     return DecodeConstraint("ebnf", text, param=spec.param)

@@ -11,8 +11,22 @@ import json
 
 from runtime_ext.formats import ToolFormat
 from service.errors import InvalidRequestError, UnsupportedParameterError
-from service.protocol.openai import ChatCompletionRequest, ChatMessage, FunctionDef, NamedToolChoice, ToolChoice
-from service.types import ToolCallRecord, ToolDef, ToolMode, ToolRequest
+from service.protocol.openai import (
+    ChatCompletionRequest,
+    ChatMessage,
+    CustomFormatGrammar,
+    CustomTool,
+    CustomToolCall,
+    FunctionDef,
+    NamedCustomToolChoice,
+    NamedToolChoice,
+    Tool,
+    ToolChoice,
+)
+from service.types import PatternKind, PatternOutputSpec, ToolCallRecord, ToolDef, ToolMode, ToolRequest
+
+CUSTOM_INPUT = {"type": "object", "properties": {"input": {"type": "string"}}, "required": ["input"]}
+"""How a custom tool is shown to the model's chat template: one string parameter."""
 
 
 def validate_tools(req: ChatCompletionRequest, fmt: ToolFormat | None) -> ToolRequest | None:
@@ -24,17 +38,34 @@ def validate_tools(req: ChatCompletionRequest, fmt: ToolFormat | None) -> ToolRe
         return None
     if not req.tools:
         raise InvalidRequestError("'tools' is empty; give at least one tool or leave 'tools' out", param="tools")
-    tools = tuple(_tool(i, t.function) for i, t in enumerate(req.tools))
+    tools = tuple(_any_tool(i, t) for i, t in enumerate(req.tools))
     names = [t.name for t in tools]
     for i, name in enumerate(names):
         if name in names[:i]:
+            kind = "custom" if tools[i].kind == "custom" else "function"
             raise InvalidRequestError(
-                f"tools[{i}] repeats the function name '{name}'; tool names must be unique",
-                param=f"tools.{i}.function.name",
+                f"tools[{i}] repeats the tool name '{name}'; tool names must be unique",
+                param=f"tools.{i}.{kind}.name",
             )
-    mode, allowed = _choice(req.tool_choice, names)
+    mode, allowed = _choice(req.tool_choice, tools)
     parallel = True if req.parallel_tool_calls is None else req.parallel_tool_calls
     return ToolRequest(tools=tools, mode=mode, allowed=allowed, parallel=parallel, format=_require_format(fmt))
+
+
+def _any_tool(index: int, tool: Tool | CustomTool) -> ToolDef:
+    if isinstance(tool, Tool):
+        return _tool(index, tool.function)
+    c, grammar = tool.custom, None
+    if isinstance(c.format, CustomFormatGrammar):
+        g = c.format.grammar
+        kind: PatternKind = "regex" if g.syntax == "regex" else "lark"
+        param = f"tools.{index}.custom.format.grammar.definition"
+        if not g.definition.strip():
+            raise InvalidRequestError(f"'{param}' is empty; give the {g.syntax} grammar", param=param)
+        grammar = PatternOutputSpec(kind, param, text=g.definition)
+        hint = f"The input is text matching this {g.syntax} grammar:\n{g.definition}"
+        return ToolDef(c.name, "\n\n".join(filter(None, [c.description, hint])), CUSTOM_INPUT, False, "custom", grammar)
+    return ToolDef(c.name, c.description, CUSTOM_INPUT, False, kind="custom")
 
 
 def _tool(index: int, function: FunctionDef) -> ToolDef:
@@ -48,12 +79,38 @@ def _tool(index: int, function: FunctionDef) -> ToolDef:
     return ToolDef(function.name, function.description, params, bool(function.strict))
 
 
-def _choice(choice: ToolChoice | None, names: list[str]) -> tuple[ToolMode, tuple[str, ...]]:
+def _choice(choice: ToolChoice | None, tools: tuple[ToolDef, ...]) -> tuple[ToolMode, tuple[str, ...]]:
+    mode, allowed = _named_or_listed(choice, [t.name for t in tools])
+    custom = {t.name: t.kind == "custom" for t in tools}
+    if isinstance(choice, (NamedToolChoice, NamedCustomToolChoice)):
+        kind = "custom" if isinstance(choice, NamedCustomToolChoice) else "function"
+        if custom[allowed[0]] != (kind == "custom"):
+            other = "function" if kind == "custom" else "custom"
+            raise InvalidRequestError(
+                f"tool_choice names '{allowed[0]}' as a {kind} tool, but it is a {other} tool; "
+                f'use {{"type": "{other}", "{other}": {{"name": "{allowed[0]}"}}}}',
+                param=f"tool_choice.{kind}.name",
+            )
+    elif mode != "none" and any(custom[name] for name in allowed):
+        raise UnsupportedParameterError(
+            "custom tools are called with a named tool_choice "
+            '({"type": "custom", "custom": {"name": ...}}); with tool_choice \'auto\' or \'required\' only '
+            "function tools can be called on this server. Name the custom tool, or narrow the callable "
+            "tools with allowed_tools",
+            param="tool_choice",
+        )
+    return mode, allowed
+
+
+def _named_or_listed(choice: ToolChoice | None, names: list[str]) -> tuple[ToolMode, tuple[str, ...]]:
     if choice is None or isinstance(choice, str):
         return choice or "auto", tuple(names)
     if isinstance(choice, NamedToolChoice):
         _known(choice.function.name, names, "tool_choice.function.name")
         return "named", (choice.function.name,)
+    if isinstance(choice, NamedCustomToolChoice):
+        _known(choice.custom.name, names, "tool_choice.custom.name")
+        return "named", (choice.custom.name,)
     refs = choice.allowed_tools.tools
     if not refs:
         raise InvalidRequestError(
@@ -96,6 +153,9 @@ def tool_calls_of(msg: ChatMessage, index: int) -> tuple[ToolCallRecord, ...]:
         )
     out = []
     for j, call in enumerate(msg.tool_calls):
+        if isinstance(call, CustomToolCall):  # shown to the template as its one string parameter
+            out.append(ToolCallRecord(call.id, call.custom.name, json.dumps({"input": call.custom.input})))
+            continue
         try:
             ok = isinstance(json.loads(call.function.arguments), dict)
         except json.JSONDecodeError:

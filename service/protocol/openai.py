@@ -33,12 +33,25 @@ class ToolCall(_Strict):
     function: FunctionCall
 
 
+class CustomCall(_Strict):
+    name: str
+    input: str
+
+
+class CustomToolCall(_Strict):
+    """A call of a ``custom`` tool: its ``input`` is free text (or text of the tool's grammar)."""
+
+    id: str
+    type: Literal["custom"] = "custom"
+    custom: CustomCall
+
+
 class ChatMessage(_Strict):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
     name: str | None = None
     tool_call_id: str | None = None
-    tool_calls: list[ToolCall] | None = None
+    tool_calls: list[ToolCall | CustomToolCall] | None = None
     # an assistant message this server returned, sent back as history (agent loops): the
     # reasoning fields it carries go to the chat template (the validate stage checks the role)
     reasoning_content: str | None = None
@@ -66,6 +79,33 @@ class Tool(_Strict):
     function: FunctionDef
 
 
+class CustomGrammar(_Strict):
+    definition: str
+    syntax: Literal["lark", "regex"]
+
+
+class CustomFormatGrammar(_Strict):
+    type: Literal["grammar"]
+    grammar: CustomGrammar
+
+
+class CustomFormatText(_Strict):
+    type: Literal["text"]
+
+
+class CustomToolDef(_Strict):
+    name: str = Field(pattern=TOOL_NAME_PATTERN)
+    description: str | None = None
+    format: CustomFormatText | CustomFormatGrammar | None = None
+
+
+class CustomTool(_Strict):
+    """OpenAI's ``custom`` tool: the call's input is text, enforced by the grammar when one is given."""
+
+    type: Literal["custom"]
+    custom: CustomToolDef
+
+
 class FunctionName(_Strict):
     name: str
 
@@ -73,6 +113,11 @@ class FunctionName(_Strict):
 class NamedToolChoice(_Strict):
     type: Literal["function"]
     function: FunctionName
+
+
+class NamedCustomToolChoice(_Strict):
+    type: Literal["custom"]
+    custom: FunctionName
 
 
 class AllowedToolRef(_Strict):
@@ -90,7 +135,7 @@ class AllowedToolsChoice(_Strict):
     allowed_tools: AllowedTools
 
 
-ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice | AllowedToolsChoice
+ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice | NamedCustomToolChoice | AllowedToolsChoice
 
 
 class StreamOptions(_Strict):
@@ -138,7 +183,7 @@ class ChatCompletionRequest(_Strict):
     stream: bool = False
     stream_options: StreamOptions | None = None
     response_format: ResponseFormat | None = None
-    tools: list[Tool] | None = None
+    tools: list[Tool | CustomTool] | None = None
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool | None = None
     # reasoning: on/off (also chat_template_kwargs.enable_thinking), effort, exact budget
@@ -194,7 +239,7 @@ class AssistantMessage(BaseModel):
     content: str | None
     reasoning_content: str | None = None
     reasoning: str | None = None  # the same text, under the name newer clients read
-    tool_calls: list[ToolCall] | None = None
+    tool_calls: list[ToolCall | CustomToolCall] | None = None
 
 
 class SchemaValidation(BaseModel):
@@ -227,13 +272,20 @@ class DeltaFunction(BaseModel):
     arguments: str | None = None
 
 
+class DeltaCustom(BaseModel):
+    name: str | None = None
+    input: str | None = None
+
+
 class DeltaToolCall(BaseModel):
-    """First delta of a call: index, id, type, name (arguments ""); later: argument fragments."""
+    """First delta of a call: index, id, type, name (arguments ""); later: argument fragments.
+    A custom tool's call has ``custom`` (name, then input fragments) instead of ``function``."""
 
     index: int
     id: str | None = None
-    type: Literal["function"] | None = None
-    function: DeltaFunction
+    type: Literal["function", "custom"] | None = None
+    function: DeltaFunction | None = None
+    custom: DeltaCustom | None = None
 
 
 class Delta(BaseModel):

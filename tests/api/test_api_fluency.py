@@ -225,3 +225,69 @@ def test_completions_bad_input_is_an_openai_error(qwen_server, body, status, par
     r = post(qwen_server, "/v1/completions", body)
     assert r.status_code == status, r.text
     assert r.json()["error"]["param"] == param
+
+
+def custom_tool(name, syntax=None, definition=None):
+    fmt = {"type": "grammar", "grammar": {"syntax": syntax, "definition": definition}} if syntax else {"type": "text"}
+    return {"type": "custom", "custom": {"name": name, "description": "Runs a command.", "format": fmt}}
+
+
+@pytest.mark.parametrize(
+    "syntax, definition, pattern",
+    [("regex", CODE, CODE), ("lark", LARK, r"(hello|hi) [A-Z][a-z]{1,6}(, [A-Z][a-z]{1,6})*!")],
+)
+def test_a_named_custom_tool_call_matches_its_grammar(client, qwen_server, syntax, definition, pattern):
+    tools = [custom_tool("cmd", syntax, definition), {"type": "function", "function": {"name": "other"}}]
+    out = chat(
+        client,
+        qwen_server,
+        temperature=1.0,
+        seed=2,
+        n=2,
+        max_tokens=40,
+        tools=tools,
+        tool_choice={"type": "custom", "custom": {"name": "cmd"}},
+    )
+    for choice in out.choices:
+        call = choice.message.tool_calls[0]
+        assert call.type == "custom" and call.custom.name == "cmd" and choice.message.content is None
+        assert choice.finish_reason == "tool_calls" and re.fullmatch(pattern, call.custom.input), call.custom.input
+
+
+def test_custom_call_streams_like_the_non_stream_call_and_goes_back_as_history(client, qwen_server):
+    kw = dict(
+        temperature=0,
+        max_tokens=12,
+        tools=[custom_tool("cmd", "regex", CODE)],
+        tool_choice={"type": "custom", "custom": {"name": "cmd"}},
+    )
+    full = chat(client, qwen_server, **kw).choices[0].message
+    deltas = [
+        tc
+        for chunk in chat(client, qwen_server, stream=True, **kw)
+        for c in chunk.choices
+        for tc in c.delta.tool_calls or []
+    ]
+    assert deltas[0].type == "custom" and deltas[0].id.startswith("call_")
+    inputs = [d.custom["input"] if isinstance(d.custom, dict) else d.custom.input for d in deltas]
+    assert "".join(inputs) == full.tool_calls[0].custom.input
+    history = [
+        *ASK,
+        full.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": full.tool_calls[0].id, "content": "ok"},
+    ]
+    again = chat(client, qwen_server, messages=history, temperature=0, max_tokens=5, tools=kw["tools"], tool_choice="none")
+    assert again.choices[0].finish_reason in ("stop", "length")
+
+
+@pytest.mark.parametrize(
+    "tool_choice, param",
+    [("auto", "tool_choice"), ({"type": "function", "function": {"name": "cmd"}}, "tool_choice.function.name")],
+)
+def test_custom_tools_outside_a_named_choice_are_a_clear_400(qwen_server, tool_choice, param):
+    r = post(
+        qwen_server,
+        "/v1/chat/completions",
+        {"messages": ASK, "tools": [custom_tool("cmd", "regex", CODE)], "tool_choice": tool_choice},
+    )
+    assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
