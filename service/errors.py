@@ -46,6 +46,13 @@ class ModelNotFoundError(InvalidRequestError):
     code = "model_not_found"
 
 
+class NotFoundError(InvalidRequestError):
+    """The request names a stored object (a response id) this server does not hold (404)."""
+
+    status = 404
+    code = "not_found"
+
+
 class ContextLengthError(InvalidRequestError):
     code = "context_length_exceeded"
 

@@ -42,7 +42,7 @@ class ResponseOutputMessage(AssistantMessageItem):
     id: str
     role: Literal["assistant"] = "assistant"
     status: ItemStatus
-    content: list[OutputText]
+    content: list[OutputText]  # type: ignore[assignment]  # narrowed: what this server writes
 
 
 class ResponseFunctionToolCall(FunctionCallItem):

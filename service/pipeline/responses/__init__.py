@@ -1,0 +1,25 @@
+"""``POST /v1/responses`` on the chat pipeline: the pure conversions around it.
+
+Not a stage: the route converts a ``ResponsesRequest`` into a ``ChatCompletionRequest``
+(``to_chat_request``, with the ``ParamMap`` for error paths), runs ``ChatPipeline``, and
+converts its ``ChatCompletion`` (``ResponseBuilder.from_completion``) or its chunks
+(``ResponseEventStream``) back. Nothing here imports a stage.
+"""
+
+from service.pipeline.responses.build_response import ResponseBuilder, new_id, outcome
+from service.pipeline.responses.convert_request import to_chat_request
+from service.pipeline.responses.custom_tools import CustomToolsNotSupportedError, chat_accepts_custom_tools
+from service.pipeline.responses.event_stream import ResponseEventStream
+from service.pipeline.responses.param_map import MessageOrigin, ParamMap
+
+__all__ = [
+    "CustomToolsNotSupportedError",
+    "MessageOrigin",
+    "ParamMap",
+    "ResponseBuilder",
+    "ResponseEventStream",
+    "chat_accepts_custom_tools",
+    "new_id",
+    "outcome",
+    "to_chat_request",
+]

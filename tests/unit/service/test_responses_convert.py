@@ -1,0 +1,632 @@
+"""Responses <-> chat conversions (pure: no engine): the request becomes the chat request the
+pipeline runs, its errors map back to Responses paths (checked through the real validate and
+constraints stages), and a completion / a chunk stream becomes the same Response."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import openai.types.responses as oai
+import pytest
+from openai import omit
+from openai.lib.streaming.responses._responses import ResponseStreamState
+from openai.types.chat import ChatCompletionCustomToolParam, ChatCompletionMessageCustomToolCallParam
+from pydantic import TypeAdapter
+
+from grammars.errors import GrammarError
+from runtime_ext.formats import get_format
+from runtime_ext.formats.reasoning_formats import QWEN3
+from service.errors import InvalidRequestError, ServiceError, UnsupportedParameterError
+from service.pipeline.constraints import build_constraint
+from service.pipeline.response import ChunkFactory, completion, make_usage
+from service.pipeline.responses import (
+    CustomToolsNotSupportedError,
+    ParamMap,
+    ResponseBuilder,
+    ResponseEventStream,
+    chat_accepts_custom_tools,
+    convert_request,
+    to_chat_request,
+)
+from service.pipeline.responses.custom_tools import custom_call, custom_tool
+from service.pipeline.responses.param_map import MessageOrigin
+from service.pipeline.validate import validate_request
+from service.protocol.openai import (
+    CustomCall,
+    CustomToolCall,
+    DeltaCustom,
+    DeltaFunction,
+    DeltaToolCall,
+    FunctionCall,
+    ToolCall,
+)
+from service.protocol.responses import CustomTool, CustomToolCallItem, ResponsesRequest
+from service.types import (
+    ChoiceEvent,
+    ChoiceResult,
+    EngineDelta,
+    FinishedChoice,
+    ModelFormats,
+    ReasoningPolicy,
+    ReasoningSetup,
+    ServingLimits,
+    TokenLogprob,
+)
+
+USER = {"role": "user", "content": "hi"}
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+}
+TIME = {"type": "function", "name": "get_time"}
+
+
+def request(**kw) -> ResponsesRequest:
+    return ResponsesRequest.model_validate({"model": "m", "input": [USER], **kw})
+
+
+def chat(**kw) -> dict:
+    """The converted chat request, as the JSON the chat route would have received."""
+    converted, _ = to_chat_request(request(**kw))
+    return converted.model_dump(exclude_unset=True, by_alias=True)
+
+
+def call(call_id, name="get_weather", arguments='{"city": "Paris"}'):
+    return {"type": "function_call", "call_id": call_id, "name": name, "arguments": arguments}
+
+
+def output(call_id, text="sunny"):
+    return {"type": "function_call_output", "call_id": call_id, "output": text}
+
+
+# --- the request -------------------------------------------------------------------------
+
+
+def test_instructions_lead_and_a_string_input_is_one_user_message():
+    converted, _ = to_chat_request(
+        ResponsesRequest.model_validate({"model": "m", "input": "hi", "instructions": "be brief"})
+    )
+    assert [(m.role, m.content) for m in converted.messages] == [("system", "be brief"), ("user", "hi")]
+    assert not converted.stream and converted.stream_options is None
+
+
+def test_fields_map_to_their_chat_names():
+    out = chat(
+        max_output_tokens=64,
+        temperature=0.5,
+        top_p=0.9,
+        seed=3,
+        user="u",
+        stream=True,
+        text={"format": {"type": "json_schema", "name": "n", "schema": {"type": "object"}, "strict": True}},
+        reasoning={"effort": "low", "max_tokens": 100, "summary": "auto"},
+        include=["message.output_text.logprobs"],
+        top_logprobs=2,
+    )
+    assert out["max_completion_tokens"] == 64 and out["temperature"] == 0.5 and out["top_p"] == 0.9
+    assert out["seed"] == 3 and out["user"] == "u"
+    assert out["stream"] is True and out["stream_options"] == {"include_usage": True}
+    assert out["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "n", "schema": {"type": "object"}, "strict": True},
+    }
+    assert out["reasoning_effort"] == "low" and out["max_reasoning_tokens"] == 100
+    assert out["logprobs"] is True and out["top_logprobs"] == 2
+    assert chat(text={"format": {"type": "json_object"}})["response_format"] == {"type": "json_object"}
+    assert "response_format" not in chat(text={"format": {"type": "text"}})
+
+
+def test_top_logprobs_without_the_include_asks_for_no_logprobs():
+    """As OpenAI: the logprobs come only with include message.output_text.logprobs."""
+    out = chat(top_logprobs=3)
+    assert "logprobs" not in out and "top_logprobs" not in out
+
+
+def test_flat_tools_become_chat_tools_and_tool_choice_follows():
+    out = chat(tools=[WEATHER, TIME], tool_choice={"type": "function", "name": "get_time"}, parallel_tool_calls=False)
+    assert out["tools"] == [
+        {"type": "function", "function": {"name": "get_weather", "parameters": WEATHER["parameters"]}},
+        {"type": "function", "function": {"name": "get_time"}},
+    ]
+    assert out["tool_choice"] == {"type": "function", "function": {"name": "get_time"}}
+    assert out["parallel_tool_calls"] is False
+    allowed = {"type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "get_time"}]}
+    assert chat(tools=[WEATHER, TIME], tool_choice=allowed)["tool_choice"] == {
+        "type": "allowed_tools",
+        "allowed_tools": {"mode": "required", "tools": [{"type": "function", "function": {"name": "get_time"}}]},
+    }
+    assert chat(tools=[WEATHER], tool_choice="required")["tool_choice"] == "required"
+
+
+def test_without_tools_the_tool_settings_that_mean_nothing_are_left_out():
+    """OpenAI clients send tools: [] with tool_choice "auto"; the chat checks would refuse them."""
+    out = chat(tools=[], tool_choice="auto", parallel_tool_calls=True)
+    assert not {"tools", "tool_choice", "parallel_tool_calls"} & out.keys()
+    assert chat(tool_choice="required")["tool_choice"] == "required"  # still reaches the chat checks (400)
+
+
+def test_an_assistant_turn_of_several_items_is_one_chat_message():
+    converted, _ = to_chat_request(
+        request(
+            input=[
+                USER,
+                {"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": "two cities"}]},
+                {"role": "assistant", "content": "Checking."},
+                call("c1"),
+                call("c2", arguments='{"city": "Rome"}'),
+                output("c1"),
+                output("c2", "rain"),
+                {"role": "assistant", "content": [{"type": "output_text", "text": "Sunny, rain.", "annotations": []}]},
+            ]
+        )
+    )
+    roles = [m.role for m in converted.messages]
+    assert roles == ["user", "assistant", "tool", "tool", "assistant"]
+    turn = converted.messages[1]
+    assert turn.reasoning_content == "two cities" and turn.content == "Checking."
+    assert [(c.id, c.function.arguments) for c in turn.tool_calls] == [
+        ("c1", '{"city": "Paris"}'),
+        ("c2", '{"city": "Rome"}'),
+    ]
+    assert [(m.tool_call_id, m.content) for m in converted.messages[2:4]] == [("c1", "sunny"), ("c2", "rain")]
+    assert [p.text for p in converted.messages[4].content] == ["Sunny, rain."]
+
+
+def test_items_of_different_turns_stay_apart():
+    converted, _ = to_chat_request(
+        request(
+            input=[
+                USER,
+                call("c1"),
+                {"role": "assistant", "content": "after the call"},  # text after calls: a new turn
+                {"type": "reasoning", "summary": [{"type": "summary_text", "text": "only a summary"}]},
+                call("c2"),
+            ]
+        )
+    )
+    assert [m.role for m in converted.messages] == ["user", "assistant", "assistant", "assistant"]
+    assert converted.messages[1].content is None and converted.messages[1].tool_calls[0].id == "c1"
+    assert converted.messages[2].content == "after the call" and not converted.messages[2].tool_calls
+    assert (
+        converted.messages[3].reasoning_content == "only a summary" and converted.messages[3].tool_calls[0].id == "c2"
+    )
+
+
+def test_history_comes_after_the_instructions_and_its_calls_can_be_answered():
+    earlier = ResponseBuilder(request()).from_completion(chat_completion(None, tool_calls=[TOOL_CALL_A]))
+    history = [*request().input, *earlier.output]
+    converted, params = to_chat_request(request(instructions="sys", input=[output("call_a")]), history)
+    assert [m.role for m in converted.messages] == ["system", "user", "assistant", "tool"]
+    assert converted.messages[2].tool_calls[0].id == "call_a"
+    assert params.to_responses("messages.2.tool_calls.0.function.arguments") == "previous_response_id"
+    assert params.to_responses("messages.3.tool_call_id") == "input.0.call_id"
+
+
+@pytest.mark.parametrize(
+    "items, param",
+    [
+        ([USER, output("nope")], "input.1.call_id"),
+        ([USER, output("c1"), call("c1")], "input.1.call_id"),  # answered before it was made
+        ([USER, call("c1"), {"type": "custom_tool_call_output", "call_id": "c1", "output": "x"}], "input.2.call_id"),
+    ],
+)
+def test_an_output_must_answer_an_earlier_call(items, param):
+    with pytest.raises(InvalidRequestError) as err:
+        to_chat_request(request(input=items))
+    assert err.value.param == param and err.value.status == 400
+
+
+def test_an_unknown_item_is_a_400_naming_it():
+    """The wire model refuses unknown types; an item of another kind (history) is refused here."""
+    with pytest.raises(InvalidRequestError) as err:
+        to_chat_request(request(), history=[object()])
+    assert err.value.param == "previous_response_id"
+
+
+def test_a_summary_we_cannot_write_is_refused():
+    with pytest.raises(UnsupportedParameterError) as err:
+        to_chat_request(request(reasoning={"summary": "detailed"}))
+    assert err.value.param == "reasoning.summary"
+
+
+# --- custom tools ------------------------------------------------------------------------
+
+CUSTOM = {
+    "type": "custom",
+    "name": "run",
+    "description": "a shell",
+    "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"},
+}
+CUSTOM_CALL = {"type": "custom_tool_call", "call_id": "k1", "name": "run", "input": "ls"}
+
+
+def test_custom_tools_take_openai_chats_shapes():
+    tool = custom_tool(CustomTool.model_validate(CUSTOM))
+    TypeAdapter(ChatCompletionCustomToolParam).validate_python(tool, strict=True)
+    assert tool["custom"]["format"] == {"type": "grammar", "grammar": {"definition": "start: /.+/", "syntax": "lark"}}
+    made = custom_call(CustomToolCallItem.model_validate(CUSTOM_CALL))
+    TypeAdapter(ChatCompletionMessageCustomToolCallParam).validate_python(made, strict=True)
+
+
+@pytest.mark.parametrize(
+    "kw, param",
+    [
+        ({"tools": [WEATHER, CUSTOM]}, "tools.1"),
+        ({"tools": [WEATHER], "tool_choice": {"type": "custom", "name": "run"}}, "tool_choice"),
+        (
+            {"input": [USER, CUSTOM_CALL, {"type": "custom_tool_call_output", "call_id": "k1", "output": "a"}]},
+            "input.1",
+        ),
+    ],
+)
+def test_custom_tools_are_refused_while_chat_does_not_take_them(monkeypatch, kw, param):
+    monkeypatch.setattr(convert_request, "chat_accepts_custom_tools", lambda: False)
+    with pytest.raises(CustomToolsNotSupportedError) as err:
+        to_chat_request(request(**kw))
+    assert err.value.param == param and err.value.code == "unsupported_parameter"
+
+
+@pytest.mark.skipif(not chat_accepts_custom_tools(), reason="the chat model takes no custom tools yet")
+def test_custom_tools_pass_through_once_chat_takes_them():
+    out = chat(
+        tools=[CUSTOM],
+        tool_choice={"type": "custom", "name": "run"},
+        input=[USER, CUSTOM_CALL, {"type": "custom_tool_call_output", "call_id": "k1", "output": "a"}],
+    )
+    assert out["tools"][0]["custom"]["name"] == "run" and out["tool_choice"] == {
+        "type": "custom",
+        "custom": {"name": "run"},
+    }
+    assert out["messages"][1]["tool_calls"] == [
+        {"id": "k1", "type": "custom", "custom": {"name": "run", "input": "ls"}}
+    ]
+    assert out["messages"][2] == {"role": "tool", "tool_call_id": "k1", "content": "a"}
+
+
+# --- error paths: the chat pipeline's params mapped back ----------------------------------
+
+LIMITS = ServingLimits(
+    "m", context_length=4096, max_n=1, default_max_tokens=None, reasoning=ReasoningPolicy(True, (("low", 256),))
+)
+FORMATS = ModelFormats(
+    tools=get_format("qwen"), reasoning=ReasoningSetup(QWEN3, end_id=1, forced_ids=(2,), separator_ids=(3,))
+)
+NOT_ENFORCEABLE = {"type": "object", "properties": {"a": {"not": {"type": "string"}}}}
+
+
+@pytest.mark.parametrize(
+    "kw, param",
+    [
+        ({"model": "other"}, "model"),
+        ({"max_output_tokens": 0}, "max_output_tokens"),
+        ({"input": []}, "input"),
+        ({"input": [USER, call("c1", arguments="[1]")]}, "input.1.arguments"),
+        ({"input": [USER, {"role": "assistant", "content": "a"}, call("c1", arguments="x")]}, "input.2.arguments"),
+        ({"tools": [WEATHER, WEATHER]}, "tools.1.name"),
+        ({"tools": [{**WEATHER, "parameters": {"type": "array"}}]}, "tools.0.parameters"),
+        ({"tools": [WEATHER], "tool_choice": {"type": "function", "name": "nope"}}, "tool_choice.name"),
+        (
+            {
+                "tools": [WEATHER],
+                "tool_choice": {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "x"}]},
+            },
+            "tool_choice.tools.0.name",
+        ),
+        ({"tool_choice": "required"}, "tool_choice"),
+        ({"reasoning": {"effort": "low", "max_tokens": 10}}, "reasoning.max_tokens"),
+        ({"reasoning": {"max_tokens": 500}, "max_output_tokens": 100}, "reasoning.max_tokens"),
+        ({"tools": [{**WEATHER, "parameters": NOT_ENFORCEABLE}]}, "tools.0.parameters"),
+        ({"text": {"format": {"type": "json_schema", "name": "n", "schema": NOT_ENFORCEABLE}}}, "text.format.schema"),
+    ],
+)
+def test_pipeline_errors_name_the_responses_field(kw, param):
+    converted, params = to_chat_request(request(**kw))
+    with pytest.raises((ServiceError, GrammarError)) as err:
+        build_constraint(validate_request(converted, LIMITS, FORMATS), False)
+    assert params.to_responses(err.value.param) == param, err.value.param
+
+
+PARAMS = ParamMap(
+    (
+        MessageOrigin("instructions", "instructions"),
+        MessageOrigin("previous_response_id"),
+        MessageOrigin("input.0", "input.0.content"),
+        MessageOrigin("input.1", "input.2.content", "input.1.content", ("input.3", "input.4")),
+        MessageOrigin("input.5", "input.5.output", call_id="input.5.call_id"),
+    )
+)
+
+
+@pytest.mark.parametrize(
+    "chat_param, responses_param",
+    [
+        (None, None),
+        ("messages.0.content", "instructions"),
+        ("messages.1.content", "previous_response_id"),
+        ("messages.2.content.1.text", "input.0.content.1.text"),
+        ("messages.2.role", "input.0.role"),
+        ("messages.3", "input.1"),
+        ("messages.3.content", "input.2.content"),
+        ("messages.3.reasoning_content", "input.1.content"),
+        ("messages.3.tool_calls", "input.3"),
+        ("messages.3.tool_calls.1.function.arguments", "input.4.arguments"),
+        ("messages.3.tool_calls.1.id", "input.4.call_id"),
+        ("messages.3.tool_calls.0.custom.input", "input.3.input"),
+        ("messages.4.tool_call_id", "input.5.call_id"),
+        ("messages.4.content", "input.5.output"),
+        ("messages.9", "input"),
+        ("max_tokens", "max_output_tokens"),
+        ("stream_options.include_usage", "stream"),
+        ("logprobs", "include"),
+        ("response_format", "text.format"),
+        ("response_format.json_schema.name", "text.format.name"),
+        ("tools.2.function", "tools.2"),
+        ("tools.2.custom.format.grammar.definition", "tools.2.format.definition"),
+        ("tool_choice.custom.name", "tool_choice.name"),
+        ("tool_choice.allowed_tools.mode", "tool_choice.mode"),
+        ("n", None),
+        ("chat_template_kwargs.enable_thinking", None),
+    ],
+)
+def test_param_map(chat_param, responses_param):
+    assert PARAMS.to_responses(chat_param) == responses_param
+
+
+# --- completion -> Response ---------------------------------------------------------------
+
+TOOL_CALL_A = ToolCall(id="call_a", function=FunctionCall(name="get_weather", arguments='{"city": "Paris"}'))
+TOOL_CALL_B = ToolCall(id="call_b", function=FunctionCall(name="get_time", arguments="{}"))
+RUN = CustomToolCall(id="call_k", custom=CustomCall(name="run", input="ls -la"))
+
+
+def tokens(*texts):
+    return tuple(TokenLogprob(t, tuple(t.encode()), -0.5, ((t, tuple(t.encode()), -0.5),)) for t in texts)
+
+
+def finished(content, reasoning=None, tool_calls=None, finish_reason="stop", logprobs=None):
+    result = ChoiceResult(content, tool_calls, finish_reason, None, reasoning, logprobs)
+    return FinishedChoice(result, EngineDelta("", completion_tokens=9, prompt_tokens=20, cached_tokens=16), 4)
+
+
+def chat_completion(content, **kw):
+    return completion("chatcmpl-1", 7, "m", [finished(content, **kw)])
+
+
+def ids():
+    count = itertools.count()
+    return lambda prefix: f"{prefix}_{next(count)}"
+
+
+def builder(req=None):
+    return ResponseBuilder(req or request(), response_id="resp_1", created_at=7, new_id=ids())
+
+
+def test_a_completion_becomes_reasoning_then_message_then_calls():
+    r = builder().from_completion(
+        chat_completion(
+            "Checking.", reasoning="think", tool_calls=[TOOL_CALL_A, TOOL_CALL_B], finish_reason="tool_calls"
+        )
+    )
+    assert r.status == "completed" and r.incomplete_details is None
+    assert [(o.type, o.id) for o in r.output] == [
+        ("reasoning", "rs_0"),
+        ("message", "msg_1"),
+        ("function_call", "fc_2"),
+        ("function_call", "fc_3"),
+    ]
+    assert r.output[0].content[0].text == "think" and r.output[1].content[0].text == "Checking."
+    assert [(o.call_id, o.name, o.arguments, o.status) for o in r.output[2:]] == [
+        ("call_a", "get_weather", '{"city": "Paris"}', "completed"),
+        ("call_b", "get_time", "{}", "completed"),
+    ]
+    usage = r.usage
+    assert (usage.input_tokens, usage.input_tokens_details.cached_tokens, usage.output_tokens) == (20, 16, 9)
+    assert (usage.output_tokens_details.reasoning_tokens, usage.total_tokens) == (4, 29)
+
+
+def test_a_call_only_answer_has_no_message_and_an_empty_answer_has_an_empty_one():
+    calls = builder().from_completion(chat_completion(None, tool_calls=[TOOL_CALL_A, RUN], finish_reason="tool_calls"))
+    assert [o.type for o in calls.output] == ["function_call", "custom_tool_call"]
+    assert (calls.output[1].call_id, calls.output[1].input, calls.output[1].id) == ("call_k", "ls -la", "ctc_1")
+    empty = builder().from_completion(chat_completion(None))
+    assert [(o.type, o.content[0].text) for o in empty.output] == [("message", "")]
+
+
+def test_length_makes_the_response_and_its_last_item_incomplete():
+    r = builder().from_completion(chat_completion("Hel", reasoning="r", finish_reason="length"))
+    assert r.status == "incomplete" and r.incomplete_details.reason == "max_output_tokens"
+    assert r.output[-1].status == "incomplete"
+
+
+def test_logprobs_reach_the_output_text():
+    r = builder().from_completion(chat_completion("Hi!", logprobs=tokens("Hi", "!")))
+    assert [(lp.token, lp.bytes, [t.token for t in lp.top_logprobs]) for lp in r.output[0].content[0].logprobs] == [
+        ("Hi", [72, 105], ["Hi"]),
+        ("!", [33], ["!"]),
+    ]
+
+
+def test_request_fields_are_echoed():
+    req = request(
+        instructions="sys",
+        max_output_tokens=9,
+        tools=[WEATHER],
+        tool_choice="required",
+        metadata={"a": "b"},
+        store=True,
+        previous_response_id="resp_0",
+    )
+    r = builder(req).from_completion(chat_completion("x"))
+    assert (r.instructions, r.max_output_tokens, r.tool_choice, r.metadata, r.store) == (
+        "sys",
+        9,
+        "required",
+        {"a": "b"},
+        True,
+    )
+    assert r.previous_response_id == "resp_0" and r.tools[0].name == "get_weather" and r.temperature == 1.0
+
+
+# --- chunks -> events: the same response, in the SDK's order ----------------------------------
+
+
+def fn_start(index, call_id, name):
+    return DeltaToolCall(index=index, id=call_id, type="function", function=DeltaFunction(name=name, arguments=""))
+
+
+def fn_args(index, text):
+    return DeltaToolCall(index=index, function=DeltaFunction(arguments=text))
+
+
+SCENARIOS = {
+    "reasoning then text": (
+        [
+            ChoiceEvent(reasoning="Two plus "),
+            ChoiceEvent(reasoning="two."),
+            ChoiceEvent(content="It is", logprobs=tokens("It", " is")),
+            ChoiceEvent(content=" 4.", logprobs=tokens(" 4.")),
+        ],
+        finished("It is 4.", reasoning="Two plus two.", logprobs=tokens("It", " is", " 4.")),
+    ),
+    "text then two parallel calls": (
+        [
+            ChoiceEvent(content="Checking both."),
+            ChoiceEvent(tool_calls=(fn_start(0, "call_a", "get_weather"),)),
+            ChoiceEvent(tool_calls=(fn_args(0, '{"city": '),)),
+            ChoiceEvent(tool_calls=(fn_args(0, '"Paris"}'), fn_start(1, "call_b", "get_time"))),
+            ChoiceEvent(tool_calls=(fn_args(1, "{}"),)),
+        ],
+        finished("Checking both.", tool_calls=[TOOL_CALL_A, TOOL_CALL_B], finish_reason="tool_calls"),
+    ),
+    "cut in the text": (
+        [ChoiceEvent(reasoning="hm"), ChoiceEvent(content="Hel")],
+        finished("Hel", reasoning="hm", finish_reason="length"),
+    ),
+    "cut in the reasoning": ([ChoiceEvent(reasoning="hm")], finished(None, reasoning="hm", finish_reason="length")),
+    "a custom call": (
+        [
+            ChoiceEvent(
+                tool_calls=(
+                    DeltaToolCall(index=0, id="call_k", type="custom", custom=DeltaCustom(name="run", input="")),
+                )
+            ),
+            ChoiceEvent(tool_calls=(DeltaToolCall(index=0, custom=DeltaCustom(input="ls ")),)),
+            ChoiceEvent(tool_calls=(DeltaToolCall(index=0, custom=DeltaCustom(input="-la")),)),
+        ],
+        finished(None, tool_calls=[RUN], finish_reason="tool_calls"),
+    ),
+}
+
+
+def chunks(events, done: FinishedChoice):
+    """The chunks ChatPipeline.stream sends for these choice events (the real ChunkFactory)."""
+    factory = ChunkFactory("chatcmpl-1", 7, "m")
+    out = [factory.role(0)] + [c for e in events if (c := factory.event(0, e)) is not None]
+    usage = make_usage(
+        done.counts.prompt_tokens, done.counts.completion_tokens, done.counts.cached_tokens, done.reasoning_tokens
+    )
+    return out + [factory.finish(0, done.result.finish_reason), factory.usage(usage)]
+
+
+def streamed(events, done, req=None):
+    stream = ResponseEventStream(builder(req))
+    out = stream.start()
+    for c in chunks(events, done):
+        out += stream.feed(c)
+    return out + stream.finish()
+
+
+SDK_EVENTS = {
+    cls.model_fields["type"].annotation.__args__[0]: cls for cls in oai.ResponseStreamEvent.__args__[0].__args__
+}
+
+
+def sdk_events(events):
+    out = []
+    for e in events:
+        data = json.loads(e.model_dump_json())
+        out.append(SDK_EVENTS[data["type"]].model_validate(data))
+    return out
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_the_stream_ends_with_the_response_the_completion_gives(name):
+    events, done = SCENARIOS[name]
+    stream = streamed(events, done)
+    expected = builder().from_completion(completion("chatcmpl-1", 7, "m", [done]))
+    final = stream[-1]
+    assert final.type == ("response.incomplete" if done.result.finish_reason == "length" else "response.completed")
+    assert final.response == expected
+    assert [e.sequence_number for e in stream] == list(range(len(stream)))
+    # every item is announced, then finished with what the response holds
+    done_items = [e.item for e in stream if e.type == "response.output_item.done"]
+    assert done_items == expected.output
+    assert [e.output_index for e in stream if e.type == "response.output_item.added"] == list(
+        range(len(expected.output))
+    )
+
+
+def test_two_parallel_calls_stream_in_the_spec_order():
+    events, done = SCENARIOS["text then two parallel calls"]
+    assert [e.type.removeprefix("response.") for e in streamed(events, done)] == [
+        "created",
+        "in_progress",
+        "output_item.added",
+        "content_part.added",
+        "output_text.delta",
+        "output_text.done",
+        "content_part.done",
+        "output_item.done",
+        "output_item.added",
+        "function_call_arguments.delta",
+        "function_call_arguments.delta",
+        "function_call_arguments.done",
+        "output_item.done",
+        "output_item.added",
+        "function_call_arguments.delta",
+        "function_call_arguments.done",
+        "output_item.done",
+        "completed",
+    ]
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_the_openai_sdk_accumulator_reads_the_stream(name):
+    """``client.responses.stream`` runs ResponseStreamState over the events: it asserts the
+    item kinds at each index and rebuilds text and arguments from the deltas."""
+    events, done = SCENARIOS[name]
+    ours = streamed(events, done)
+    state = ResponseStreamState(input_tools=omit, text_format=omit)
+    seen = [out for event in sdk_events(ours) for out in state.handle_event(event)]
+    snapshots = {}
+    for e in seen:
+        if e.type in ("response.output_text.delta", "response.function_call_arguments.delta"):
+            snapshots[e.output_index] = e.snapshot
+    expected = ours[-1].response
+    for index, item in enumerate(expected.output):
+        if item.type == "message" and item.content[0].text:
+            assert snapshots[index] == item.content[0].text
+        if item.type == "function_call":
+            assert snapshots[index] == item.arguments
+    if done.result.finish_reason != "length":  # the SDK keeps only a response.completed
+        final = state._completed_response
+        assert final.output_text == (done.result.content or "") and len(final.output) == len(expected.output)
+
+
+def test_the_stream_without_usage_or_finish_still_completes():
+    stream = ResponseEventStream(builder())
+    events = stream.feed(ChunkFactory("c", 7, "m").event(0, ChoiceEvent(content="x")))
+    final = (events + stream.finish())[-1]
+    assert final.type == "response.completed" and final.response.usage is None
+    assert final.response.output[0].content[0].text == "x"
+
+
+def test_a_fragment_for_a_closed_call_is_a_bug_not_a_quiet_mix():
+    stream = ResponseEventStream(builder())
+    stream.feed(
+        ChunkFactory("c", 7, "m").event(0, ChoiceEvent(tool_calls=(fn_start(0, "a", "f"), fn_start(1, "b", "g"))))
+    )
+    with pytest.raises(ValueError, match="tool call 0"):
+        stream.feed(ChunkFactory("c", 7, "m").event(0, ChoiceEvent(tool_calls=(fn_args(0, "{}"),))))
