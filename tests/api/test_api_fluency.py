@@ -276,7 +276,9 @@ def test_custom_call_streams_like_the_non_stream_call_and_goes_back_as_history(c
         full.model_dump(exclude_none=True),
         {"role": "tool", "tool_call_id": full.tool_calls[0].id, "content": "ok"},
     ]
-    again = chat(client, qwen_server, messages=history, temperature=0, max_tokens=5, tools=kw["tools"], tool_choice="none")
+    again = chat(
+        client, qwen_server, messages=history, temperature=0, max_tokens=5, tools=kw["tools"], tool_choice="none"
+    )
     assert again.choices[0].finish_reason in ("stop", "length")
 
 

@@ -8,17 +8,14 @@ converts its ``ChatCompletion`` (``ResponseBuilder.from_completion``) or its chu
 
 from service.pipeline.responses.build_response import ResponseBuilder, new_id, outcome
 from service.pipeline.responses.convert_request import to_chat_request
-from service.pipeline.responses.custom_tools import CustomToolsNotSupportedError, chat_accepts_custom_tools
 from service.pipeline.responses.event_stream import ResponseEventStream
 from service.pipeline.responses.param_map import MessageOrigin, ParamMap
 
 __all__ = [
-    "CustomToolsNotSupportedError",
     "MessageOrigin",
     "ParamMap",
     "ResponseBuilder",
     "ResponseEventStream",
-    "chat_accepts_custom_tools",
     "new_id",
     "outcome",
     "to_chat_request",

@@ -19,8 +19,6 @@ from pydantic import ValidationError
 
 from service.errors import InvalidRequestError, UnsupportedParameterError
 from service.pipeline.responses.custom_tools import (
-    CustomToolsNotSupportedError,
-    chat_accepts_custom_tools,
     custom_call,
     custom_ref,
     custom_tool,
@@ -69,11 +67,6 @@ def to_chat_request(req: ResponsesRequest, history: Sequence[InputItem] = ()) ->
     payload |= _sampling(req) | _output(req) | _reasoning(req) | _tools(req, talk.custom_paths)
     if req.stream:
         payload |= {"stream": True, "stream_options": {"include_usage": True}}
-    if talk.custom_paths and not chat_accepts_custom_tools():
-        raise CustomToolsNotSupportedError(
-            "custom tools ('type': 'custom') are not supported by this server yet; use function tools",
-            param=talk.custom_paths[0],
-        )
     return _chat_request(payload, params), params
 
 

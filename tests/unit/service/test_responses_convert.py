@@ -21,12 +21,9 @@ from service.errors import InvalidRequestError, ServiceError, UnsupportedParamet
 from service.pipeline.constraints import build_constraint
 from service.pipeline.response import ChunkFactory, completion, make_usage
 from service.pipeline.responses import (
-    CustomToolsNotSupportedError,
     ParamMap,
     ResponseBuilder,
     ResponseEventStream,
-    chat_accepts_custom_tools,
-    convert_request,
     to_chat_request,
 )
 from service.pipeline.responses.custom_tools import custom_call, custom_tool
@@ -250,26 +247,7 @@ def test_custom_tools_take_openai_chats_shapes():
     TypeAdapter(ChatCompletionMessageCustomToolCallParam).validate_python(made, strict=True)
 
 
-@pytest.mark.parametrize(
-    "kw, param",
-    [
-        ({"tools": [WEATHER, CUSTOM]}, "tools.1"),
-        ({"tools": [WEATHER], "tool_choice": {"type": "custom", "name": "run"}}, "tool_choice"),
-        (
-            {"input": [USER, CUSTOM_CALL, {"type": "custom_tool_call_output", "call_id": "k1", "output": "a"}]},
-            "input.1",
-        ),
-    ],
-)
-def test_custom_tools_are_refused_while_chat_does_not_take_them(monkeypatch, kw, param):
-    monkeypatch.setattr(convert_request, "chat_accepts_custom_tools", lambda: False)
-    with pytest.raises(CustomToolsNotSupportedError) as err:
-        to_chat_request(request(**kw))
-    assert err.value.param == param and err.value.code == "unsupported_parameter"
-
-
-@pytest.mark.skipif(not chat_accepts_custom_tools(), reason="the chat model takes no custom tools yet")
-def test_custom_tools_pass_through_once_chat_takes_them():
+def test_custom_tools_pass_through_to_chat():
     out = chat(
         tools=[CUSTOM],
         tool_choice={"type": "custom", "name": "run"},
