@@ -24,11 +24,13 @@ __all__ = [
     "CompilerBusyError",
     "GrammarCompileError",
     "GrammarError",
+    "GrammarSyntaxError",
     "InvalidSchemaError",
     "RemoteRefError",
     "SchemaTooComplexError",
     "UnsatisfiableSchemaError",
     "Unsupported",
+    "UnsupportedGrammarError",
     "UnsupportedKeywordError",
 ]
 
@@ -147,6 +149,32 @@ class GrammarCompileError(GrammarError):
     the message quotes xgrammar."""
 
     code = "grammar_compile_failed"
+
+
+class GrammarSyntaxError(GrammarError):
+    """A client grammar (e.g. Lark) that is not valid in its own language: a syntax error, an
+    undefined or twice-defined name, no ``start`` rule. ``line`` is the 1-based line in the
+    grammar text, or None."""
+
+    code = "invalid_grammar"
+
+    def __init__(self, message: str, *, line: int | None = None, param: str | None = None) -> None:
+        super().__init__(message, param=param)
+        self.line = line
+
+
+class UnsupportedGrammarError(GrammarError):
+    """A valid client grammar using a construct that cannot be translated to an exact xgrammar
+    grammar (fail closed: never a looser one). ``construct`` names it (e.g. ``"%declare"``,
+    ``"lookahead (?=...)"``), ``line`` is its 1-based line in the grammar text or None; the
+    message says what to change."""
+
+    code = "unsupported_grammar_construct"
+
+    def __init__(self, message: str, *, construct: str, line: int | None = None, param: str | None = None) -> None:
+        super().__init__(message, param=param)
+        self.construct = construct
+        self.line = line
 
 
 class CompilerBusyError(Exception):
