@@ -15,6 +15,7 @@ from typing import Any
 
 from grammars.errors import GrammarError
 from grammars.json_schema import JSON_OBJECT_SCHEMA, CheckedSchema, check_schema
+from grammars.lark import choice_to_ebnf, is_probably_lark, lark_to_ebnf
 from grammars.pythonic import PythonicSchemaError
 from grammars.tool_calls import ToolSpec, tool_call_constraint
 from service.errors import InvalidRequestError
@@ -48,8 +49,6 @@ def pattern_constraint(spec: PatternOutputSpec) -> DecodeConstraint:
     definition is always Lark.)"""
     if spec.kind == "regex":
         return DecodeConstraint("regex", spec.text, param=spec.param)
-    from grammars.lark import choice_to_ebnf, is_probably_lark, lark_to_ebnf
-
     try:
         if spec.kind == "choice":
             text = choice_to_ebnf(spec.choices)
