@@ -4,9 +4,10 @@ aborts it and frees its KV pages instead of generating for nobody."""
 from __future__ import annotations
 
 import asyncio
-from typing import Awaitable, TypeVar
+from typing import Any, Awaitable, TypeVar
 
 from fastapi import Request
+from fastapi.responses import Response
 
 T = TypeVar("T")
 POLL_S = 0.25
@@ -34,3 +35,11 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     raise ClientDisconnected()
+
+
+async def answer_unless_disconnected(request: Request, work: Awaitable[Any]) -> Any:
+    """``work``'s result, or a 499 nobody reads (for logs and metrics) once the client is gone."""
+    try:
+        return await unless_disconnected(request, work)
+    except ClientDisconnected:
+        return Response(status_code=499)

@@ -6,6 +6,7 @@ import logging
 from typing import AsyncIterator
 
 import orjson
+from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
 from service.api.errors import client_error_body
@@ -13,6 +14,13 @@ from service.errors import ServiceError
 
 log = logging.getLogger(__name__)
 DONE = b"data: [DONE]\n\n"
+
+
+def event_stream(body: AsyncIterator[bytes]) -> StreamingResponse:
+    """The HTTP response of an SSE body (no caching, no proxy buffering)."""
+    return StreamingResponse(
+        body, media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    )
 
 
 def frame(payload: dict) -> bytes:

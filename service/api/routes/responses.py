@@ -11,14 +11,12 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import Response as HTTPResponse
-from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
 from grammars.errors import GrammarError
 from service.api.deps import get_state, ready_pipeline
-from service.api.disconnect import ClientDisconnected, unless_disconnected
-from service.api.sse import frame
+from service.api.disconnect import answer_unless_disconnected
+from service.api.sse import event_stream, frame
 from service.errors import ServiceError
 from service.pipeline.chat import ChatPipeline, PreparedChat
 from service.pipeline.responses import ParamMap, ResponseBuilder, ResponseEventStream, to_chat_request
@@ -58,17 +56,21 @@ async def create_response(
         raise
     builder, inputs = ResponseBuilder(body), history + _inputs(body)
     if body.stream:
-        return StreamingResponse(
-            _sse(_events(pipeline, prepared, builder, params, store if body.store else None, inputs)),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
-    try:
-        completion = await unless_disconnected(request, pipeline.complete(prepared))
-    except ClientDisconnected:
-        return HTTPResponse(status_code=499)  # nobody reads it; for logs and metrics only
-    response = builder.from_completion(completion)
-    if body.store:
+        return event_stream(_sse(_events(pipeline, prepared, builder, params, store if body.store else None, inputs)))
+    return await answer_unless_disconnected(
+        request, _complete(pipeline, prepared, builder, store if body.store else None, inputs)
+    )
+
+
+async def _complete(
+    pipeline: ChatPipeline,
+    prepared: PreparedChat,
+    builder: ResponseBuilder,
+    store: ResponseStore | None,
+    inputs: tuple[InputItem, ...],
+) -> Response:
+    response = builder.from_completion(await pipeline.complete(prepared))
+    if store is not None:
         store.put(response, inputs)
     return response
 
