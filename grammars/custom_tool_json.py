@@ -1,0 +1,97 @@
+"""A custom tool's input inside a JSON tool-call frame: ``{"input": "<the input, JSON-escaped>"}``
+(pure: no xgrammar, torch, sglang or fastapi).
+
+A model's tool-call syntax carries arguments as a JSON object. A custom tool is shown to the
+model as a function with one string parameter ``input``; its grammar G is over the *decoded*
+input. This module builds the EBNF of the argument object whose ``input`` string decodes to a
+word of G: every character the grammar can produce is written as JSON writes it inside a
+string (``"`` → ``\\"``, ``\\`` → ``\\\\``, control characters → ``\\n``, ``\\t``, … or ``\\u00XX``;
+everything else as itself). One encoding per character: a decoded input is always in G (never
+looser), and every word of G has its encoding (nothing lost).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Literal
+
+from grammars.lark_common import resolve
+from grammars.lark_ebnf import emit_grammar, literal, node_ebnf, reachable
+from grammars.lark_lexing import check_lexing
+from grammars.lark_nodes import ANY, Alt, Chars, Name, Node, Repeat, Seq, Text, Token, complement, intersect, normalize
+from grammars.lark_regex import parse_regex
+from grammars.lark_syntax import LarkGrammar, parse_lark
+
+__all__ = ["ARGUMENTS_PREFIX", "ARGUMENTS_SUFFIX", "custom_arguments_ebnf", "json_escaped"]
+
+ARGUMENTS_PREFIX = '{"input": "'
+ARGUMENTS_SUFFIX = '"}'
+INPUT_RULE = "custom_input"
+_SPECIAL = normalize([(0x00, 0x1F), (0x22, 0x22), (0x5C, 0x5C)])
+_PLAIN = complement(_SPECIAL)
+_SHORT = {0x22: '\\"', 0x5C: "\\\\", 0x08: "\\b", 0x0C: "\\f", 0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t"}
+
+
+def _escape(code: int) -> str:
+    return _SHORT.get(code, f"\\u{code:04x}")
+
+
+def _text(value: str) -> Node:
+    pieces = [_escape(ord(c)) if intersect(((ord(c), ord(c)),), _SPECIAL) else c for c in value]
+    return Text("".join(pieces))
+
+
+def _chars(node: Chars) -> Node:
+    plain, special = intersect(node.ranges, _PLAIN), intersect(node.ranges, _SPECIAL)
+    items: list[Node] = [Chars(plain)] if plain else []
+    items += [Text(_escape(code)) for lo, hi in special for code in range(lo, hi + 1)]
+    return items[0] if len(items) == 1 else Alt(tuple(items))
+
+
+def json_escaped(node: Node) -> Node:
+    """``node`` with every character it produces written as inside a JSON string."""
+    if isinstance(node, Text):
+        return _text(node.value)
+    if isinstance(node, Chars):
+        return _chars(node)
+    if isinstance(node, (Seq, Alt)):
+        return type(node)(tuple(json_escaped(item) for item in node.items))
+    if isinstance(node, Repeat):
+        return replace(node, item=json_escaped(node.item))
+    if isinstance(node, Token):
+        return replace(node, body=json_escaped(node.body))
+    if isinstance(node, Name):
+        return node  # its rule is escaped where it is defined
+    raise TypeError(f"unknown node {node!r}")
+
+
+def _escaped_grammar(grammar: LarkGrammar) -> LarkGrammar:
+    def each(table: dict) -> dict:  # type: ignore[type-arg]
+        return {name: replace(d, body=json_escaped(d.body)) for name, d in table.items()}
+
+    return replace(
+        grammar,
+        rules=each(grammar.rules),
+        terminals=each(grammar.terminals),
+        ignore=[replace(d, body=json_escaped(d.body)) for d in grammar.ignore],
+    )
+
+
+def _framed(input_ebnf: str) -> str:
+    """``input_ebnf`` (root rule ``root``) as the ``input`` string of the argument object."""
+    body = input_ebnf.replace("root ::= ", f"{INPUT_RULE} ::= ", 1)
+    return f"root ::= {literal(ARGUMENTS_PREFIX)} {INPUT_RULE} {literal(ARGUMENTS_SUFFIX)}\n{body}"
+
+
+def custom_arguments_ebnf(syntax: Literal["lark", "regex"] | None, definition: str = "") -> str:
+    """The EBNF of ``{"input": "…"}`` whose decoded input is in the grammar (``syntax`` None:
+    any text). Raises the grammar layer's errors as ``lark_to_ebnf`` does."""
+    if syntax is None:
+        return _framed(f"root ::= {node_ebnf(json_escaped(Repeat(Chars(ANY), 0, None)))}\n")
+    if syntax == "regex":
+        node = parse_regex(definition, "", f"regex {definition!r}")
+        return _framed(f"root ::= {node_ebnf(json_escaped(node))}\n")
+    grammar = resolve(parse_lark(definition))
+    names = reachable(grammar)
+    check_lexing(grammar, [name for name in names if not name.lstrip("_")[:1].isupper()])
+    return _framed(emit_grammar(_escaped_grammar(grammar), names))
