@@ -12,6 +12,7 @@ looser), and every word of G has its encoding (nothing lost).
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from typing import Literal
 
@@ -95,3 +96,30 @@ def custom_arguments_ebnf(syntax: Literal["lark", "regex"] | None, definition: s
     names = reachable(grammar)
     check_lexing(grammar, [name for name in names if not name.lstrip("_")[:1].isupper()])
     return _framed(emit_grammar(_escaped_grammar(grammar), names))
+
+
+class InputStream:
+    """Streams the decoded ``input`` of a custom call from the argument fragments the tool-call
+    parser yields: ``feed`` returns the newly decoded text; an escape split between fragments is
+    held back until it is complete. Assumes the frame the grammar forces (``ARGUMENTS_PREFIX``)."""
+
+    def __init__(self) -> None:
+        self._raw = ""
+        self._done = 0  # raw characters decoded so far (after the prefix)
+
+    def feed(self, fragment: str) -> str:
+        self._raw += fragment
+        body = self._raw[len(ARGUMENTS_PREFIX) :] if self._raw.startswith(ARGUMENTS_PREFIX) else ""
+        out, i = [], self._done
+        while i < len(body) and body[i] != '"':
+            if body[i] != "\\":
+                out.append(body[i])
+                i += 1
+                continue
+            size = 6 if body[i + 1 : i + 2] == "u" else 2
+            if i + size > len(body):
+                break  # an escape split between fragments: wait for the rest
+            out.append(json.loads(f'"{body[i : i + size]}"'))
+            i += size
+        self._done = i
+        return "".join(out)
