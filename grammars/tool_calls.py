@@ -62,11 +62,14 @@ CALL_WHITESPACE_LIMIT = 2
 
 @dataclass(frozen=True)
 class ToolSpec:
-    """A function the model may call. ``parameters`` None means no arguments (``{}``)."""
+    """A function the model may call. ``parameters`` None means no arguments (``{}``).
+    ``arguments_ebnf``: the arguments' own grammar instead of ``parameters`` (a custom tool's
+    ``{"input": …}``, ``grammars.custom_tool_json``); JSON call formats only."""
 
     name: str
     parameters: Mapping[str, Any] | None = None
     strict: bool = False
+    arguments_ebnf: str | None = None
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,8 @@ class ToolConstraintError(ValueError):
 
 
 def _arguments(tool: ToolSpec, json_grammar: JsonGrammar | None) -> dict[str, Any]:
+    if tool.arguments_ebnf is not None:
+        return {"type": "grammar", "grammar": tool.arguments_ebnf}
     schema = dict(tool.parameters) if tool.parameters is not None else dict(EMPTY_PARAMETERS)
     return _json(schema, json_grammar)
 
@@ -96,6 +101,8 @@ def _tags(fmt: ToolFormat, tools: Sequence[ToolSpec], json_grammar: JsonGrammar 
     tags = []
     for tool in tools:
         if fmt.style is CallStyle.PYTHONIC:
+            if tool.arguments_ebnf is not None:
+                raise ToolConstraintError(f"tool {tool.name!r}: a grammar for the arguments needs a JSON call format")
             before, after, content = f"{tool.name}(", ")", pythonic_arguments(tool.name, tool.parameters)
         else:
             (before, after), content = call_frame(fmt, tool.name), _arguments(tool, json_grammar)

@@ -87,6 +87,11 @@ class ToolRequest:
         return next(t.parameters for t in self.tools if t.name == name)
 
     @property
+    def custom_names(self) -> frozenset[str]:
+        """The custom tools: their calls carry ``{"input": …}`` (docs/api.md)."""
+        return frozenset(t.name for t in self.tools if t.kind == "custom")
+
+    @property
     def forced_custom(self) -> ToolDef | None:
         """The custom tool a named ``tool_choice`` forces (its input is the whole answer)."""
         if self.mode != "named":

@@ -14,6 +14,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field, replace
 
+from grammars.custom_tool_json import InputStream
 from runtime_ext.formats import ReasoningFormat
 from runtime_ext.parsers import ParseEvent, ReasoningEvent, ReasoningParser, ToolCallParser
 from service.pipeline.output_validation import validate_calls, validate_output
@@ -34,6 +35,28 @@ class _Call:
     id: str
     name: str
     arguments: list[str] = field(default_factory=list)
+    decoder: InputStream | None = None  # a custom tool's call: its input decoded from the arguments
+    decoded: list[str] = field(default_factory=list)
+
+    def made(self) -> ToolCall | CustomToolCall:
+        if self.decoder is None:
+            return ToolCall(id=self.id, function=FunctionCall(name=self.name, arguments="".join(self.arguments)))
+        return CustomToolCall(id=self.id, custom=CustomCall(name=self.name, input="".join(self.decoded)))
+
+    def opening(self, index: int) -> DeltaToolCall:
+        if self.decoder is None:
+            return DeltaToolCall(
+                index=index, id=self.id, type="function", function=DeltaFunction(name=self.name, arguments="")
+            )
+        return DeltaToolCall(index=index, id=self.id, type="custom", custom=DeltaCustom(name=self.name, input=""))
+
+    def more(self, index: int, fragment: str) -> DeltaToolCall | None:
+        self.arguments.append(fragment)
+        if self.decoder is None:
+            return DeltaToolCall(index=index, function=DeltaFunction(arguments=fragment))
+        text = self.decoder.feed(fragment)
+        self.decoded.append(text)
+        return DeltaToolCall(index=index, custom=DeltaCustom(input=text)) if text else None
 
 
 class ChoiceOutput:
@@ -108,15 +131,12 @@ class ChoiceOutput:
         deltas = []
         for d in parsed.calls:
             if d.name is not None:
-                call = self.calls[d.index] = _Call(f"call_{uuid.uuid4().hex[:24]}", d.name)
-                deltas.append(
-                    DeltaToolCall(
-                        index=d.index, id=call.id, type="function", function=DeltaFunction(name=d.name, arguments="")
-                    )
-                )
-            else:
-                self.calls[d.index].arguments.append(d.arguments)
-                deltas.append(DeltaToolCall(index=d.index, function=DeltaFunction(arguments=d.arguments)))
+                custom = self.tools is not None and d.name in self.tools.custom_names
+                call = _Call(f"call_{uuid.uuid4().hex[:24]}", d.name, decoder=InputStream() if custom else None)
+                self.calls[d.index] = call
+                deltas.append(call.opening(d.index))
+            elif (delta := self.calls[d.index].more(d.index, d.arguments)) is not None:
+                deltas.append(delta)
         if parsed.content:
             self.content.append(parsed.content)
         return ChoiceEvent(parsed.content, tuple(deltas))
@@ -145,10 +165,7 @@ class ChoiceOutput:
         if self.custom is not None:
             return self._custom_result(finish_reason)
         text = "".join(self.content)
-        calls = [
-            ToolCall(id=c.id, function=FunctionCall(name=c.name, arguments="".join(c.arguments)))
-            for _, c in sorted(self.calls.items())
-        ]
+        calls = [c.made() for _, c in sorted(self.calls.items())]
         if self.parser is None or self.tools is None:  # a parser exists exactly when tools do
             return ChoiceResult(text, None, finish_reason, validate_output(text, self.constraint, finish_reason))
         complete = len(self.parser.result().calls)
@@ -157,5 +174,4 @@ class ChoiceOutput:
             validation = validate_output(text, self.constraint, finish_reason) or validation
         if complete and finish_reason == "stop":
             finish_reason = "tool_calls"
-        made: list[ToolCall | CustomToolCall] = list(calls)
-        return ChoiceResult(text or (None if calls else ""), made or None, finish_reason, validation)
+        return ChoiceResult(text or (None if calls else ""), calls or None, finish_reason, validation)

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from grammars.custom_tool_json import custom_arguments_ebnf
 from grammars.errors import GrammarError
 from grammars.json_schema import JSON_OBJECT_SCHEMA, CheckedSchema, check_schema
 from grammars.lark import choice_to_ebnf, is_probably_lark, lark_to_ebnf
 from grammars.pythonic import PythonicSchemaError
 from grammars.tool_calls import ToolSpec, tool_call_constraint
 from service.errors import InvalidRequestError
-from service.types import DecodeConstraint, PatternOutputSpec, ToolRequest, ValidatedRequest
+from service.types import DecodeConstraint, PatternOutputSpec, ToolDef, ToolRequest, ValidatedRequest
 
 
 def build_constraint(req: ValidatedRequest, default_loosening: bool) -> DecodeConstraint | None:
@@ -87,13 +88,27 @@ def _json_constraint(checked: CheckedSchema, schema: Any, param: str) -> DecodeC
     )
 
 
+def _spec(tool: ToolDef, checked: CheckedSchema | None) -> ToolSpec:
+    """A function's schema; a custom tool's ``{"input": …}`` with its grammar inside the string."""
+    if tool.kind != "custom":
+        return ToolSpec(tool.name, None if checked is None else checked.schema, tool.strict)
+    g = tool.grammar
+    try:
+        ebnf = custom_arguments_ebnf(
+            None if g is None else ("regex" if g.kind == "regex" else "lark"), g.text if g else ""
+        )
+    except GrammarError as exc:
+        raise exc.with_param(g.param if g else "tools") from None
+    return ToolSpec(tool.name, arguments_ebnf=ebnf)
+
+
 def _tool_constraint(
     tools: ToolRequest, loosen: bool, answer: tuple[CheckedSchema, Any, str] | None
 ) -> DecodeConstraint:
     specs, loosened = [], list(_loosened(answer[0]) if answer else ())
     parts = [(answer[2], answer[0].canonical)] if answer else []
     for i, tool in enumerate(tools.tools):
-        if tool.parameters is None:
+        if tool.parameters is None or tool.kind == "custom":
             checked = None
         else:
             param = f"tools.{i}.function.parameters"
@@ -101,7 +116,7 @@ def _tool_constraint(
             loosened += _loosened(checked, f"{tool.name}: ")
             parts.append((param, checked.canonical))
         if tool.name in tools.allowed:
-            specs.append(ToolSpec(tool.name, None if checked is None else checked.schema, tool.strict))
+            specs.append(_spec(tool, checked))
     mode = tools.mode
     if mode == "none":  # build_constraint answers tool_choice none without a tool grammar
         raise ValueError("tool_choice 'none' has no tool-call constraint")

@@ -13,7 +13,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from service.metrics import SCHEMA_VALIDATION_FAILURES
-from service.protocol.openai import SchemaValidation, ToolCall
+from service.protocol.openai import CustomToolCall, SchemaValidation, ToolCall
 from service.types import DecodeConstraint
 
 
@@ -26,7 +26,7 @@ def validate_output(text: str, constraint: DecodeConstraint | None, finish_reaso
 
 
 def validate_calls(
-    calls: Sequence[ToolCall], complete: int, schema_of: Callable[[str], Any], finish_reason: str
+    calls: Sequence[ToolCall | CustomToolCall], complete: int, schema_of: Callable[[str], Any], finish_reason: str
 ) -> SchemaValidation | None:
     """The arguments of each complete call against its tool's ``parameters`` (None: no
     calls). A call cut off by max_tokens (index ``complete``) is reported as truncated."""
@@ -34,6 +34,8 @@ def validate_calls(
         return None
     result = SchemaValidation(valid=True)
     for call in calls[:complete]:
+        if not isinstance(call, ToolCall):  # a custom tool's input: its grammar was enforced
+            continue
         schema = schema_of(call.function.name)
         error = None if schema is None else _first_error(json.loads(call.function.arguments), schema)
         if error is not None:

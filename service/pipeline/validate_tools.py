@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from runtime_ext.formats import ToolFormat
+from runtime_ext.formats import CallStyle, ToolFormat
 from service.errors import InvalidRequestError, UnsupportedParameterError
 from service.protocol.openai import (
     ChatCompletionRequest,
@@ -49,7 +49,22 @@ def validate_tools(req: ChatCompletionRequest, fmt: ToolFormat | None) -> ToolRe
             )
     mode, allowed = _choice(req.tool_choice, tools)
     parallel = True if req.parallel_tool_calls is None else req.parallel_tool_calls
-    return ToolRequest(tools=tools, mode=mode, allowed=allowed, parallel=parallel, format=_require_format(fmt))
+    request = ToolRequest(tools=tools, mode=mode, allowed=allowed, parallel=parallel, format=_require_format(fmt))
+    _check_framed_custom(request)
+    return request
+
+
+def _check_framed_custom(tools: ToolRequest) -> None:
+    """A custom tool callable under auto/required is framed as a call with one JSON string
+    argument ``input``; the pythonic format writes Python literals, which this does not cover."""
+    framed = [t for t in tools.tools if t.kind == "custom" and t.name in tools.allowed and tools.forced_custom is None]
+    if framed and tools.mode != "none" and tools.format.style is CallStyle.PYTHONIC:
+        raise UnsupportedParameterError(
+            f"custom tool '{framed[0].name}' can be called under tool_choice '{tools.mode}' only in a JSON "
+            f"tool-call format, and this model's is '{tools.format.name}' (pythonic); name the custom tool "
+            '(tool_choice {"type": "custom", "custom": {"name": ...}})',
+            param="tool_choice",
+        )
 
 
 def _any_tool(index: int, tool: Tool | CustomTool) -> ToolDef:
@@ -91,14 +106,6 @@ def _choice(choice: ToolChoice | None, tools: tuple[ToolDef, ...]) -> tuple[Tool
                 f'use {{"type": "{other}", "{other}": {{"name": "{allowed[0]}"}}}}',
                 param=f"tool_choice.{kind}.name",
             )
-    elif mode != "none" and any(custom[name] for name in allowed):
-        raise UnsupportedParameterError(
-            "custom tools are called with a named tool_choice "
-            '({"type": "custom", "custom": {"name": ...}}); with tool_choice \'auto\' or \'required\' only '
-            "function tools can be called on this server. Name the custom tool, or narrow the callable "
-            "tools with allowed_tools",
-            param="tool_choice",
-        )
     return mode, allowed
 
 

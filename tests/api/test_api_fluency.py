@@ -282,14 +282,51 @@ def test_custom_call_streams_like_the_non_stream_call_and_goes_back_as_history(c
     assert again.choices[0].finish_reason in ("stop", "length")
 
 
-@pytest.mark.parametrize(
-    "tool_choice, param",
-    [("auto", "tool_choice"), ({"type": "function", "function": {"name": "cmd"}}, "tool_choice.function.name")],
-)
-def test_custom_tools_outside_a_named_choice_are_a_clear_400(qwen_server, tool_choice, param):
+def test_a_named_function_choice_for_a_custom_tool_is_a_400(qwen_server):
+    choice = {"type": "function", "function": {"name": "cmd"}}
     r = post(
         qwen_server,
         "/v1/chat/completions",
-        {"messages": ASK, "tools": [custom_tool("cmd", "regex", CODE)], "tool_choice": tool_choice},
+        {"messages": ASK, "tools": [custom_tool("cmd", "regex", CODE)], "tool_choice": choice},
     )
-    assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tool_choice.function.name", r.text
+
+
+@pytest.mark.parametrize("server_name", ["qwen_server", "smol_server"])
+def test_custom_calls_under_required_are_framed_and_match_their_grammar(request, server_name):
+    server = request.getfixturevalue(server_name)
+    client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="unused", max_retries=0)
+    tools = [custom_tool("cmd", "lark", LARK), {"type": "function", "function": {"name": "noop"}}]
+    out = chat(
+        client,
+        server,
+        temperature=1.0,
+        seed=3,
+        n=2,
+        max_tokens=80,
+        tools=tools,
+        tool_choice="required",
+        parallel_tool_calls=False,
+    )
+    seen = 0
+    for choice in out.choices:
+        (call,) = choice.message.tool_calls
+        if call.type == "custom" and choice.finish_reason == "tool_calls":
+            seen += 1
+            assert call.custom.name == "cmd"
+            assert re.fullmatch(r"(hello|hi) [A-Z][a-z]{1,6}(, [A-Z][a-z]{1,6})*!", call.custom.input), (
+                call.custom.input
+            )
+    stream = chat(
+        client,
+        server,
+        temperature=1.0,
+        seed=3,
+        max_tokens=80,
+        tools=tools,
+        tool_choice="required",
+        parallel_tool_calls=False,
+        stream=True,
+    )
+    deltas = [tc for chunk in stream for c in chunk.choices for tc in c.delta.tool_calls or []]
+    assert deltas and deltas[0].id.startswith("call_")
