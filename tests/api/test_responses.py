@@ -226,3 +226,21 @@ def test_bad_input_is_an_openai_error_naming_the_responses_field(qwen_server, bo
 def test_an_unknown_response_id_is_a_404(qwen_server):
     r = httpx.get(f"{qwen_server.base_url}/v1/responses/resp_nope", timeout=30)
     assert r.status_code == 404 and r.json()["error"]["code"] == "response_not_found"
+
+
+def test_a_custom_tool_under_required_is_a_custom_tool_call(client, qwen_server):
+    tool = {"type": "custom", "name": "shell", "format": {"type": "grammar", "syntax": "lark", "definition": LARK}}
+    r = create(
+        client,
+        qwen_server,
+        tools=[tool],
+        tool_choice="required",
+        parallel_tool_calls=False,
+        max_output_tokens=60,
+        temperature=1.0,
+        extra_body={"seed": 5},
+    )
+    (call,) = [i for i in r.output if i.type == "custom_tool_call"]
+    assert call.name == "shell" and not [i for i in r.output if i.type == "function_call"]
+    if r.status == "completed":
+        assert re.fullmatch(r"run [a-z]{1,8}( [a-z]{1,8})*", call.input), call.input
