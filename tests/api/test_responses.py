@@ -83,6 +83,22 @@ def test_function_calls_are_items_with_call_ids(client, qwen_server, tool_choice
         assert {c.name for c in calls} == {"get_weather"}
 
 
+def test_auto_is_a_message_or_valid_calls(client, qwen_server):
+    r = create(
+        client,
+        qwen_server,
+        tools=[WEATHER, TIME],
+        tool_choice="auto",
+        max_output_tokens=60,
+        temperature=1.0,
+        extra_body={"seed": 2},
+    )
+    assert {i.type for i in r.output} <= {"message", "function_call"} and r.output
+    for call in (i for i in r.output if i.type == "function_call" and i.name == "get_weather"):
+        if r.status == "completed":
+            Draft202012Validator(WEATHER["parameters"]).validate(json.loads(call.arguments))
+
+
 def test_parallel_calls_off_gives_one_call(client, qwen_server):
     r = create(
         client,
