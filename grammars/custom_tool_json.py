@@ -13,6 +13,7 @@ looser), and every word of G has its encoding (nothing lost).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from typing import Literal
 
@@ -98,18 +99,22 @@ def custom_arguments_ebnf(syntax: Literal["lark", "regex"] | None, definition: s
     return _framed(emit_grammar(_escaped_grammar(grammar), names))
 
 
+_OPENING = re.compile(r'\{\s*"input"\s*:\s*"')
+
+
 class InputStream:
     """Streams the decoded ``input`` of a custom call from the argument fragments the tool-call
-    parser yields: ``feed`` returns the newly decoded text; an escape split between fragments is
-    held back until it is complete. Assumes the frame the grammar forces (``ARGUMENTS_PREFIX``)."""
+    parser yields (as the model wrote them, or re-serialized compactly): ``feed`` returns the
+    newly decoded text; an escape split between fragments is held back until it is complete."""
 
     def __init__(self) -> None:
         self._raw = ""
-        self._done = 0  # raw characters decoded so far (after the prefix)
+        self._done = 0  # raw characters decoded so far (after the opening)
 
     def feed(self, fragment: str) -> str:
         self._raw += fragment
-        body = self._raw[len(ARGUMENTS_PREFIX) :] if self._raw.startswith(ARGUMENTS_PREFIX) else ""
+        opening = _OPENING.match(self._raw)
+        body = self._raw[opening.end() :] if opening else ""
         out, i = [], self._done
         while i < len(body) and body[i] != '"':
             if body[i] != "\\":
