@@ -59,7 +59,7 @@ def test_every_admitted_object_decodes_to_an_input_of_the_grammar(oracle, syntax
     "syntax, definition, good, bad",
     [
         ("lark", LARK, ['say "a\\"', 'say "", "b\nc"'], ['say "A"', 'say "abcde"']),
-        ("regex", REGEX, ['a"\\\t7', "zz\t٣"], ["a\t", 'abcdef\t1']),
+        ("regex", REGEX, ['a"\\\t7', "zz\t٣"], ["a\t", "abcdef\t1"]),
         (None, "", ["", 'any "text"\n\\ \u0001 é'], []),
     ],
 )
