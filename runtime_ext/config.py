@@ -17,6 +17,8 @@ Knobs:
 - ``prefix_events``: the JSON-lines event stream of the combined prefix cache (None: off).
 - ``quant_monitor``: the online outlier monitor and layer fallback (``runtime_ext.quant.monitor``;
   None: off).
+- ``admission``: ``sglang`` (SGLang's optimistic admission, with retraction) or ``budget``
+  (worst-case KV pages reserved before a request runs; ``runtime_ext.admission``).
 - ``attention``: ``structserve`` (runtime_ext's ``torch_native`` backend) or ``sglang`` (the
   upstream one, for A/B measurements).
 """
@@ -57,7 +59,19 @@ _PREFIX_EVENTS = "STRUCTSERVE_PREFIX_EVENTS"
 _ATTENTION = "STRUCTSERVE_ATTENTION"
 _QUANT_MONITOR = "STRUCTSERVE_QUANT_MONITOR"
 _KV_ROTATION = "STRUCTSERVE_KV_ROTATION"  # also the settings variable for kv_rotation
-ENV_NAMES = (_KV_CALIBRATION, _QUANT, _COMBINE_BLOCKS, _PREFIX_EVENTS, _ATTENTION, _QUANT_MONITOR, _KV_ROTATION)
+_ADMISSION = "STRUCTSERVE_RUNTIME_ADMISSION"
+ENV_NAMES = (
+    _KV_CALIBRATION,
+    _QUANT,
+    _COMBINE_BLOCKS,
+    _PREFIX_EVENTS,
+    _ATTENTION,
+    _QUANT_MONITOR,
+    _KV_ROTATION,
+    _ADMISSION,
+)
+Admission = Literal["sglang", "budget"]
+ADMISSIONS: tuple[Admission, ...] = ("sglang", "budget")
 
 
 class RuntimeConfigError(ValueError):
@@ -73,6 +87,7 @@ class RuntimeExtConfig:
     attention: AttentionImpl = "structserve"
     quant_monitor: MonitorConfig | None = None
     kv_rotation: KVRotation = DEFAULT_KV_ROTATION
+    admission: Admission = "sglang"
 
     def require_kv_calibration(self) -> Path:
         if self.kv_calibration is None:
@@ -81,7 +96,12 @@ class RuntimeExtConfig:
 
     def to_env(self) -> dict[str, str]:
         """The environment variables that carry this config (unset knobs are absent)."""
-        env = {_COMBINE_BLOCKS: str(self.combine_blocks), _ATTENTION: self.attention, _KV_ROTATION: self.kv_rotation}
+        env = {
+            _COMBINE_BLOCKS: str(self.combine_blocks),
+            _ATTENTION: self.attention,
+            _KV_ROTATION: self.kv_rotation,
+            _ADMISSION: self.admission,
+        }
         if self.kv_calibration is not None:
             env[_KV_CALIBRATION] = str(self.kv_calibration)
         if self.quant_policy is not None:
@@ -112,6 +132,7 @@ class RuntimeExtConfig:
             attention="sglang" if environ.get(_ATTENTION) == "sglang" else "structserve",
             quant_monitor=MonitorConfig(**json.loads(monitor)) if (monitor := environ.get(_QUANT_MONITOR)) else None,
             kv_rotation=_rotation(environ.get(_KV_ROTATION, DEFAULT_KV_ROTATION)),
+            admission=_admission(environ.get(_ADMISSION, "sglang")),
         )
 
 
@@ -120,3 +141,10 @@ def _rotation(value: str) -> KVRotation:
         if value == known:
             return known
     raise RuntimeConfigError(f"{_KV_ROTATION}={value!r}; valid: {', '.join(KV_ROTATIONS)}")
+
+
+def _admission(value: str) -> Admission:
+    for known in ADMISSIONS:
+        if value == known:
+            return known
+    raise RuntimeConfigError(f"{_ADMISSION}={value!r}; valid: {', '.join(ADMISSIONS)}")

@@ -35,6 +35,7 @@ def plugin_report() -> dict[str, Any]:
         "kv_cache_stats": state.kv_cache.method_stats(),
         "quant": state.quant.report(),
         "prefix_cache": state.prefix_cache.report(),
+        "admission": state.admission.report(),
     }
 
 
@@ -62,9 +63,11 @@ def _add_report(result: Any, controller: Any = None, *_args: Any, **_kwargs: Any
         scheduler = getattr(controller, "scheduler", None)
         if scheduler is not None:
             try:  # a report must never take the scheduler down
+                from runtime_ext.admission.sglang_adder import admission_report
                 from runtime_ext.census import census
 
                 report["kv_pool"], report["kv_census"] = pool_report(scheduler), census(scheduler)
+                report["admission"] = admission_report(scheduler, _STATE.admission)
             except Exception as exc:  # noqa: BLE001
                 report["error"] = f"{type(exc).__name__}: {exc}"
         state[INTERNAL_STATE_KEY] = report
@@ -78,7 +81,9 @@ def register() -> None:
         return
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
+    from runtime_ext.admission import sglang_adder as admission
     from runtime_ext.attention import native
+    from runtime_ext.config import RuntimeExtConfig
     from runtime_ext.fixes import min_p_seed, sampling_seed
     from runtime_ext.kv_cache import sglang_hooks as kv_hooks
     from runtime_ext.parsers.sglang_adapter import register_tool_parsers
@@ -95,4 +100,5 @@ def register() -> None:
     checkpoint_method.register(state.quant)  # msModelSlim-layout checkpoints (quant_model_description.json)
     prefix_backend.register(state.prefix_cache)  # radix_cache_backend="structserve_combined"
     register_tool_parsers()  # structserve_<format> names for SGLang's own --tool-call-parser
+    admission.register(HookRegistry, HookType, state.admission, RuntimeExtConfig.from_env().admission)
     state.registered_pids.add(os.getpid())

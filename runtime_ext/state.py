@@ -75,9 +75,46 @@ class PrefixStats:
         return asdict(self)
 
 
+QUEUE_TIME_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+
+
+@dataclass
+class AdmissionStats:
+    """The scheduler's admission and retraction counters (``runtime_ext.admission``).
+
+    ``retracted_tokens``: KV tokens dropped when SGLang retracted running requests;
+    ``recomputed_tokens``: tokens prefilled again when those requests were re-admitted (less
+    than dropped when the prefix cache still held some). ``budget_holds``: times the budget
+    kept the head of the queue waiting. Queue time: from the scheduler's queue to first
+    admission, as cumulative-bucket counts (``QUEUE_TIME_BUCKETS``, seconds)."""
+
+    policy: str = "sglang"
+    retractions: int = 0
+    retracted_requests: int = 0
+    retracted_tokens: int = 0
+    recomputed_tokens: int = 0
+    budget_holds: int = 0
+    admitted: int = 0
+    queue_time_counts: list[int] = field(default_factory=lambda: [0] * len(QUEUE_TIME_BUCKETS))
+    queue_time_sum: float = 0.0
+
+    def observe_queue_time(self, seconds: float) -> None:
+        self.admitted += 1
+        self.queue_time_sum += seconds
+        for i, bound in enumerate(QUEUE_TIME_BUCKETS):
+            if seconds <= bound:
+                self.queue_time_counts[i] += 1
+
+    def report(self) -> dict:
+        out = asdict(self)
+        out["queue_time_buckets"] = list(QUEUE_TIME_BUCKETS)
+        return out
+
+
 @dataclass
 class PluginState:
     kv_cache: KVCacheState = field(default_factory=KVCacheState)
     quant: QuantStats = field(default_factory=QuantStats)
     prefix_cache: PrefixStats = field(default_factory=PrefixStats)
+    admission: AdmissionStats = field(default_factory=AdmissionStats)
     registered_pids: set[int] = field(default_factory=set)

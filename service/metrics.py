@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import HistogramMetricFamily
 
 REGISTRY = CollectorRegistry()
 REQUESTS = Counter("structserve_requests", "HTTP requests by route and status", ["route", "status"], registry=REGISTRY)
@@ -110,6 +111,53 @@ KV_CENSUS = Gauge(
     ["part"],
     registry=REGISTRY,
 )
+SERVICE_QUEUE_SECONDS = Histogram(
+    "structserve_request_queue_seconds",
+    "Time a request waited in the service's queue (limits.max_running) before it was admitted",
+    registry=REGISTRY,
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+)
+ADMISSION_POLICY = Gauge(
+    "structserve_admission_policy", "The engine's admission policy (scheduling.admission)", ["policy"], registry=REGISTRY
+)
+SCHEDULER = Gauge(
+    "structserve_scheduler",
+    "The engine scheduler since start: retractions (events), retracted_requests, retracted_tokens "
+    "(KV dropped by retraction), recomputed_tokens (prefilled again on re-admission), budget_holds "
+    "(admissions the budget deferred), admitted; and now: waiting_requests",
+    ["stat"],
+    registry=REGISTRY,
+)
+KV_PAGES = Gauge(
+    "structserve_kv_pages",
+    "KV pages of the running requests: reserved (worst case: prompt + max_tokens), used (held now), "
+    "outstanding (reserved - used); pool: the pool's size",
+    ["state"],
+    registry=REGISTRY,
+)
+
+
+class SchedulerQueueTime:
+    """Collector: the scheduler's queue-time histogram (queue entry to first admission) as the
+    plugin last reported it from the scheduler process."""
+
+    def __init__(self) -> None:
+        self.report: dict | None = None
+
+    def collect(self) -> Any:
+        if not self.report:
+            return
+        r = self.report
+        family = HistogramMetricFamily(
+            "structserve_scheduler_queue_seconds", "Time from the engine scheduler's queue to first admission"
+        )
+        buckets = [(str(b), c) for b, c in zip(r["queue_time_buckets"], r["queue_time_counts"])]
+        family.add_metric([], buckets + [("+Inf", r["admitted"])], sum_value=r["queue_time_sum"])
+        yield family
+
+
+SCHEDULER_QUEUE = SchedulerQueueTime()
+REGISTRY.register(SCHEDULER_QUEUE)
 GRAMMAR_COMPILE_SECONDS = Histogram(
     "structserve_grammar_compile_seconds",
     "Grammar compile time (cache misses)",

@@ -15,7 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from runtime_ext.config import DEFAULT_KV_ROTATION, KVRotation
+from runtime_ext.config import DEFAULT_KV_ROTATION, Admission, KVRotation
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 DEFAULT_CONFIG = CONFIG_DIR / "default.yaml"
@@ -110,6 +110,14 @@ class RequestSettings(BaseModel):
     default_max_tokens: int | None = Field(None, ge=1)
 
 
+class SchedulingSettings(BaseModel):
+    """How the engine admits requests into its KV pool (``docs/configuration.md``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    admission: Admission = "sglang"
+
+
 class LimitsSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -136,6 +144,7 @@ class Settings(BaseSettings):
     api_keys_file: Path | None = None
     drain_timeout_s: float = Field(30.0, ge=0)
     limits: LimitsSettings = LimitsSettings()
+    scheduling: SchedulingSettings = SchedulingSettings()
     tool_format: str = "auto"
     kv_cache: Literal["bf16", "c8_dynamic", "c8_static", "c8_static_residual"] = "bf16"
     kv_calibration: Path | None = None

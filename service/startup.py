@@ -234,6 +234,7 @@ def engine_setup(settings: Settings, info: ModelInfo) -> EngineSetup:
         combine_blocks=prefix.combine_blocks,
         prefix_events=prefix.events_path,
         quant_monitor=monitor_setup(settings, info, method, policy),
+        admission=settings.scheduling.admission,
     )
     options = EngineOptions(
         model_path=info.path,

@@ -100,7 +100,9 @@ class Gate:
             if admitted and (reason := self.not_ready()) is not None:
                 raise NotReadyError(reason)  # not even queued: the load balancer retries elsewhere
             if admitted:
+                queued_at = time.monotonic()
                 await self.admission.acquire()
+                m.SERVICE_QUEUE_SECONDS.observe(time.monotonic() - queued_at)
         except ServiceError as exc:
             await error_response(exc)(scope, receive, send)
             return

@@ -41,6 +41,7 @@ def _plugin_gauges(report: dict) -> None:
     for path in ("int8", "copy", "standby", "standby_rows"):
         m.QUANT_MATMULS.labels(path=path).set(report.get("quant", {}).get(f"{path}_calls", 0))
     _quant_monitor(report.get("quant", {}).get("monitor"))
+    _admission(report.get("admission"))
     prefix = report.get("prefix_cache", {})
     if prefix.get("backend"):
         for stat in ("hit_tokens", "miss_tokens", "abandoned_pages", "evicted_tokens", "draft_dropped_pages"):
@@ -76,3 +77,18 @@ def _kv_pool(report: dict) -> None:
     for stat in ("outlier_rate", "slots_used", "slots", "dropped"):
         if stat in report.get("kv_cache_stats", {}):
             m.KV_RESIDUAL.labels(stat=stat).set(report["kv_cache_stats"][stat])
+
+
+def _admission(admission: dict | None) -> None:
+    if not admission:
+        return
+    m.ADMISSION_POLICY.labels(policy=admission["policy"]).set(1)
+    for stat in ("retractions", "retracted_requests", "retracted_tokens", "recomputed_tokens", "budget_holds"):
+        m.SCHEDULER.labels(stat=stat).set(admission[stat])
+    m.SCHEDULER.labels(stat="admitted").set(admission["admitted"])
+    if "waiting_requests" in admission:  # read in the scheduler with its census
+        m.SCHEDULER.labels(stat="waiting_requests").set(admission["waiting_requests"])
+        for state in ("reserved", "used", "outstanding"):
+            m.KV_PAGES.labels(state=state).set(admission[f"{state}_pages"])
+        m.KV_PAGES.labels(state="pool").set(admission["pool_pages"])
+    m.SCHEDULER_QUEUE.report = admission

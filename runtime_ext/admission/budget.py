@@ -1,0 +1,88 @@
+"""Budget admission (issue 21): a request's worst-case KV pages are reserved before it runs
+(pure logic: no torch, no sglang).
+
+A request of P prompt tokens that may generate M tokens holds at most
+``ceil((P + M + 1) / page)`` pages over its life (``worst_tokens``; the +1: with overlap
+scheduling a decode step is allocated before the previous step's finish is seen). At any moment
+it holds ``ceil(held / page)`` of them (``held``: the KV tokens it has, its matched prefix
+included), so it may still allocate ``outstanding = worst pages - held pages``. A request that
+matched a prefix in the prefix cache counts those pages as held: reused, not reserved again (a
+prompt shared by ``n`` choices is counted once when the choices match it).
+
+Admission (``PassBudget``): a waiting request is admitted only if the outstanding pages of every
+running request, of those admitted earlier in the pass (and of a chunked prefill in progress),
+plus its own fit in the pages that are free or held only by the prefix cache's evictable
+nodes. Each decode page then comes out of that margin: decode never runs short, so the engine
+never retracts. What a request did not use is released when it leaves the running batch
+(finished or aborted): its outstanding pages simply stop being counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+OVERLAP_SLACK_TOKENS = 1  # one decode step allocated before the previous step's finish is seen
+
+
+def pages(tokens: int, page_size: int) -> int:
+    return -(-max(tokens, 0) // page_size)
+
+
+@dataclass(frozen=True)
+class Sequence:
+    """One request as the budget sees it (tokens)."""
+
+    prompt_tokens: int
+    max_new_tokens: int
+    held_tokens: int  # KV tokens it holds now (its matched prefix included)
+
+    @property
+    def worst_tokens(self) -> int:
+        return self.prompt_tokens + self.max_new_tokens + OVERLAP_SLACK_TOKENS
+
+    def worst_pages(self, page_size: int) -> int:
+        return pages(self.worst_tokens, page_size)
+
+    def held_pages(self, page_size: int) -> int:
+        return pages(self.held_tokens, page_size)
+
+    def outstanding_pages(self, page_size: int) -> int:
+        return max(self.worst_pages(page_size) - self.held_pages(page_size), 0)
+
+
+@dataclass
+class PassBudget:
+    """One admission pass: ``available_pages`` free + evictable (after the candidate's prefix
+    lock), ``committed`` the outstanding pages already promised."""
+
+    page_size: int
+    committed: int = 0
+
+    def commit(self, seq: Sequence) -> None:
+        """A request that runs: running, admitted in this pass, or a chunked prefill."""
+        self.committed += seq.outstanding_pages(self.page_size)
+
+    def fits(self, seq: Sequence, available_pages: int) -> bool:
+        """Whether ``seq`` may be admitted (then ``commit`` it)."""
+        return self.committed + seq.outstanding_pages(self.page_size) <= available_pages
+
+
+def sequence_capacity(pool_tokens: int, page_size: int) -> int:
+    """The longest prompt + max_tokens this pool can ever admit, alone in an empty pool.
+
+    Both rules apply in ``budget`` mode and SGLang's alone in ``sglang`` mode: SGLang's prefill
+    adder admits a request when ``extend + max_new + page_size < free + evictable`` tokens
+    (``PrefillAdder.add_one_req``, ``PrefillBudget.check_prefill``); the budget when its worst
+    pages fit the pool. A longer request would wait in the queue forever."""
+    sglang_rule = pool_tokens - page_size - 1
+    budget_rule = (pool_tokens // page_size) * page_size - OVERLAP_SLACK_TOKENS
+    return max(min(sglang_rule, budget_rule), 0)
+
+
+def usage(seqs: list[Sequence], page_size: int) -> dict[str, int]:
+    """Reserved (worst-case) vs used pages of the running requests."""
+    return {
+        "reserved_pages": sum(s.worst_pages(page_size) for s in seqs),
+        "used_pages": sum(s.held_pages(page_size) for s in seqs),
+        "outstanding_pages": sum(s.outstanding_pages(page_size) for s in seqs),
+    }
