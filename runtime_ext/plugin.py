@@ -45,7 +45,11 @@ def pool_report(scheduler: Any) -> dict[str, int]:
     pool = allocator.get_kvcache()
     method = getattr(pool, "quant_method", None)
     side = method.side_bytes() if hasattr(method, "side_bytes") else 0
-    report = {"tokens": int(scheduler.max_total_num_tokens), "bytes": int(sum(pool.get_kv_size_bytes())) + side}
+    report = {
+        "tokens": int(scheduler.max_total_num_tokens),
+        "page_size": int(allocator.page_size),
+        "bytes": int(sum(pool.get_kv_size_bytes())) + side,
+    }
     if hasattr(method, "slots_on"):  # leak census: residual slots still held by free pages
         import torch
 

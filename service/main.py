@@ -41,6 +41,7 @@ async def _load(state: ServiceState, model_dir: Path, on_failure: Any) -> None:
         g = state.settings.grammar
         state.grammar = GrammarService(model_dir, info.vocab, timeout_s=g.compile_timeout_s, cache_size=g.cache_size)
         state.context_length = engine.context_length
+        report = await engine.plugin_report()
         limits = ServingLimits(
             served_model_name=state.served_model_name,
             context_length=engine.context_length,
@@ -48,14 +49,21 @@ async def _load(state: ServiceState, model_dir: Path, on_failure: Any) -> None:
             default_max_tokens=state.settings.request.default_max_tokens,
             reasoning=policy,
             vocab_size=info.vocab.vocab_size or len(template.tokenizer),
+            kv_pool=_kv_pool(report),
         )
         state.pipeline = ChatPipeline(engine, template, limits, state.grammar, g.allow_schema_loosening, formats)
-        report = await engine.plugin_report()
         log.info("engine ready; runtime_ext in scheduler: %s", report)
     except Exception as exc:  # reported through /ready and the process exit code
         log.exception("engine failed to start")
         state.failure = f"{type(exc).__name__}: {exc}"
         on_failure()
+
+
+def _kv_pool(report: dict | None) -> tuple[int, int] | None:
+    """The pool the scheduler really allocated: (tokens, page size); None without the report."""
+    if not report or "kv_pool" not in report:
+        return None
+    return int(report["kv_pool"]["tokens"]), int(report["kv_pool"]["page_size"])
 
 
 def _formats(settings: Settings, template: HFChatTemplate) -> tuple[ModelFormats, ReasoningPolicy | None]:

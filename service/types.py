@@ -299,6 +299,7 @@ class ServingLimits:
     default_max_tokens: int | None
     reasoning: ReasoningPolicy | None = None  # None: the model has no reasoning format
     vocab_size: int | None = None  # prompt token ids must be below it
+    kv_pool: tuple[int, int] | None = None  # the KV pool's (tokens, page size), when known
 
 
 @dataclass(frozen=True)

@@ -67,15 +67,15 @@ class PassBudget:
         return self.committed + seq.outstanding_pages(self.page_size) <= available_pages
 
 
-def sequence_capacity(pool_tokens: int, page_size: int) -> int:
-    """The longest prompt + max_tokens this pool can ever admit, alone in an empty pool.
+def largest_max_new(prompt_tokens: int, pool_tokens: int, page_size: int) -> int:
+    """The most tokens a request of ``prompt_tokens`` can generate in this pool (alone in it).
 
-    Both rules apply in ``budget`` mode and SGLang's alone in ``sglang`` mode: SGLang's prefill
-    adder admits a request when ``extend + max_new + page_size < free + evictable`` tokens
-    (``PrefillAdder.add_one_req``, ``PrefillBudget.check_prefill``); the budget when its worst
-    pages fit the pool. A longer request would wait in the queue forever."""
-    sglang_rule = pool_tokens - page_size - 1
-    budget_rule = (pool_tokens // page_size) * page_size - OVERLAP_SLACK_TOKENS
+    SGLang 0.5.23 silently clips ``max_new_tokens`` to ``pool - paged(prompt) - page - 1``
+    (``Scheduler`` -> ``BaseTokenToKVPoolAllocator.max_new_tokens_for_memory``); the budget
+    needs its worst pages to fit the pool. The front refuses anything larger with a 400, so a
+    client's ``max_tokens`` is never shortened behind its back."""
+    sglang_rule = pool_tokens - pages(prompt_tokens, page_size) * page_size - page_size - 1
+    budget_rule = (pool_tokens // page_size) * page_size - prompt_tokens - OVERLAP_SLACK_TOKENS
     return max(min(sglang_rule, budget_rule), 0)
 
 

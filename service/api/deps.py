@@ -37,12 +37,17 @@ class ServiceState:
         return self.not_ready_reason() is None
 
     def not_ready_reason(self) -> str | None:
-        """Why requests cannot be served now (None: they can). /ready, the chat route and the
-        gate (before queueing) all refuse with this reason."""
+        """Why new requests cannot be served now (None: they can). /ready and the gate (before
+        queueing) refuse with this reason."""
+        if self.draining and self.failure is None:
+            return "the server is shutting down; retry on another replica"
+        return self.cannot_serve_reason()
+
+    def cannot_serve_reason(self) -> str | None:
+        """Why a request the gate already let in cannot be served (None: it can). A drain does
+        not stop it: requests queued before SIGTERM are served before exit."""
         if self.failure is not None:
             return f"the engine failed to start: {self.failure}"
-        if self.draining:
-            return "the server is shutting down; retry on another replica"
         if self.pipeline is None:
             return "the model is still loading; retry when GET /ready returns 200"
         return None
@@ -54,6 +59,6 @@ def get_state(request: Request) -> ServiceState:
 
 def ready_pipeline(request: Request) -> ChatPipeline:
     state = get_state(request)
-    if (reason := state.not_ready_reason()) is not None:
+    if (reason := state.cannot_serve_reason()) is not None:
         raise NotReadyError(reason)
     return state.pipeline

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from runtime_ext.admission.budget import largest_max_new
 from service.errors import ContextLengthError
 from service.types import (
     DecodeConstraint,
@@ -22,21 +23,18 @@ def make_plan(
     context leaves (capped by the configured default, if any).
     """
     prompt_len = len(prompt.token_ids)
-    room = limits.context_length - prompt_len
+    room, what = _room(prompt_len, limits)
     if room < 1:
         raise ContextLengthError(
-            f"the prompt is {prompt_len} tokens; this model's context is "
-            f"{limits.context_length} tokens, which leaves no room to generate. "
-            f"Shorten the {req.prompt_param}",
+            f"the prompt is {prompt_len} tokens; {what} leaves no room to generate. Shorten the {req.prompt_param}",
             param=req.prompt_param,
         )
     if req.max_tokens is None:
         max_new = room if limits.default_max_tokens is None else min(room, limits.default_max_tokens)
     elif req.max_tokens > room:
         raise ContextLengthError(
-            f"'{req.max_tokens_param}' is {req.max_tokens} but the prompt is {prompt_len} "
-            f"tokens and the context is {limits.context_length}; set "
-            f"'{req.max_tokens_param}' to at most {room} or shorten the {req.prompt_param}",
+            f"'{req.max_tokens_param}' is {req.max_tokens} but the prompt is {prompt_len} tokens and "
+            f"{what}; set '{req.max_tokens_param}' to at most {room} or shorten the {req.prompt_param}",
             param=req.max_tokens_param,
         )
     else:
@@ -50,6 +48,20 @@ def make_plan(
         logprobs=req.logprobs,
         prompt_logprobs=req.echo and req.logprobs is not None,
     )
+
+
+def _room(prompt_len: int, limits: ServingLimits) -> tuple[int, str]:
+    """How many tokens a prompt of ``prompt_len`` leaves to generate, and what sets it: the
+    model's context, or the KV pool when that is smaller (SGLang would otherwise shorten
+    max_tokens silently to what the pool can hold)."""
+    room = limits.context_length - prompt_len
+    what = f"this model's context is {limits.context_length} tokens"
+    if limits.kv_pool is not None:
+        pool, page = limits.kv_pool
+        pool_room = largest_max_new(prompt_len, pool, page)
+        if pool_room < room:
+            return pool_room, f"this server's KV pool ({pool} tokens, pages of {page}) holds at most {pool_room} more"
+    return room, what
 
 
 def _reasoning(req: ValidatedRequest, max_new: int) -> ReasoningPlan | None:

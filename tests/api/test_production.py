@@ -1,7 +1,7 @@
 """Production behaviour of a real ``structserve serve`` process (tiny Qwen3) configured with API
 keys, a small body limit, a tight running/queued bound and a per-key rate limit: each refusal
 has its status and the OpenAI error envelope; request ids; JSON logs; the serving metrics.
-The last test sends SIGTERM under load: in-flight requests complete, new ones get 503, exit 0."""
+The last test sends SIGTERM under load: in-flight and queued requests complete, new ones get 503, exit 0."""
 
 from __future__ import annotations
 
@@ -178,8 +178,10 @@ def test_serving_metrics(prod):
     assert ttft >= 1
 
 
-def test_sigterm_drains_in_flight_requests_then_exits_0(prod):
-    """Runs last: the server is gone afterwards."""
+def test_sigterm_drains_in_flight_and_queued_requests_then_exits_0(prod):
+    """Runs last: the server is gone afterwards. Two streams run (limits.max_running 2) and a
+    third request waits in the service's queue when SIGTERM arrives: all three are served;
+    a new request gets 503 at once."""
     results, generating, max_tokens = [], threading.Barrier(3), 800
 
     def one() -> None:
@@ -192,10 +194,20 @@ def test_sigterm_drains_in_flight_requests_then_exits_0(prod):
         chunks += list(stream)
         results.append((chunks[-2].choices[0].finish_reason, chunks[-1].usage.completion_tokens, time.monotonic()))
 
+    queued: list[httpx.Response] = []
+    waiter = threading.Thread(
+        target=lambda: queued.append(
+            httpx.post(f"{prod.base_url}/v1/chat/completions", json=chat(prod, 20), headers=auth(), timeout=120)
+        )
+    )
     threads = [threading.Thread(target=one) for _ in range(2)]
     for t in threads:
         t.start()
     generating.wait(timeout=60)
+    waiter.start()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and "structserve_requests_queued 1.0" not in _metrics(prod):
+        time.sleep(0.05)
     prod.proc.send_signal(signal.SIGTERM)
     sent = time.monotonic()
     time.sleep(0.3)
@@ -204,12 +216,14 @@ def test_sigterm_drains_in_flight_requests_then_exits_0(prod):
     refused = httpx.post(f"{prod.base_url}/v1/chat/completions", json=chat(prod), headers=auth(), timeout=10)
     assert_envelope(refused, 503, "not_ready")
     assert refused.elapsed.total_seconds() < 1.0  # refused at once, not queued behind the in-flight ones
-    for t in threads:
+    for t in [*threads, waiter]:
         t.join(timeout=120)
     assert len(results) == 2, "an in-flight stream was cut"
     for finish, tokens, ended in results:
         assert finish in ("length", "stop") and (tokens == max_tokens or finish == "stop")
     assert max(ended for *_, ended in results) > sent + 0.3  # still generating when the drain began
+    assert queued and queued[0].status_code == 200, queued and queued[0].text  # queued before SIGTERM: served
+    assert queued[0].json()["usage"]["completion_tokens"] > 0
     assert prod.proc.wait(timeout=60) == 0
 
 
