@@ -18,7 +18,8 @@ Knobs:
 - ``quant_monitor``: the online outlier monitor and layer fallback (``runtime_ext.quant.monitor``;
   None: off).
 - ``admission``: ``sglang`` (SGLang's optimistic admission, with retraction) or ``budget``
-  (worst-case KV pages reserved before a request runs; ``runtime_ext.admission``).
+  (worst-case KV pages reserved before a request runs; ``runtime_ext.admission``);
+  ``reserve_ratio``: the share of ``max_new_tokens`` the budget reserves (1: the worst case).
 - ``attention``: ``structserve`` (runtime_ext's ``torch_native`` backend) or ``sglang`` (the
   upstream one, for A/B measurements).
 """
@@ -60,6 +61,7 @@ _ATTENTION = "STRUCTSERVE_ATTENTION"
 _QUANT_MONITOR = "STRUCTSERVE_QUANT_MONITOR"
 _KV_ROTATION = "STRUCTSERVE_KV_ROTATION"  # also the settings variable for kv_rotation
 _ADMISSION = "STRUCTSERVE_RUNTIME_ADMISSION"
+_RESERVE_RATIO = "STRUCTSERVE_RUNTIME_RESERVE_RATIO"
 ENV_NAMES = (
     _KV_CALIBRATION,
     _QUANT,
@@ -69,6 +71,7 @@ ENV_NAMES = (
     _QUANT_MONITOR,
     _KV_ROTATION,
     _ADMISSION,
+    _RESERVE_RATIO,
 )
 Admission = Literal["sglang", "budget"]
 ADMISSIONS: tuple[Admission, ...] = ("sglang", "budget")
@@ -88,6 +91,7 @@ class RuntimeExtConfig:
     quant_monitor: MonitorConfig | None = None
     kv_rotation: KVRotation = DEFAULT_KV_ROTATION
     admission: Admission = "sglang"
+    reserve_ratio: float = 1.0
 
     def require_kv_calibration(self) -> Path:
         if self.kv_calibration is None:
@@ -101,6 +105,7 @@ class RuntimeExtConfig:
             _ATTENTION: self.attention,
             _KV_ROTATION: self.kv_rotation,
             _ADMISSION: self.admission,
+            _RESERVE_RATIO: repr(self.reserve_ratio),
         }
         if self.kv_calibration is not None:
             env[_KV_CALIBRATION] = str(self.kv_calibration)
@@ -133,6 +138,7 @@ class RuntimeExtConfig:
             quant_monitor=MonitorConfig(**json.loads(monitor)) if (monitor := environ.get(_QUANT_MONITOR)) else None,
             kv_rotation=_rotation(environ.get(_KV_ROTATION, DEFAULT_KV_ROTATION)),
             admission=_admission(environ.get(_ADMISSION, "sglang")),
+            reserve_ratio=float(environ.get(_RESERVE_RATIO, "1.0")),
         )
 
 

@@ -104,5 +104,6 @@ def register() -> None:
     checkpoint_method.register(state.quant)  # msModelSlim-layout checkpoints (quant_model_description.json)
     prefix_backend.register(state.prefix_cache)  # radix_cache_backend="structserve_combined"
     register_tool_parsers()  # structserve_<format> names for SGLang's own --tool-call-parser
-    admission.register(HookRegistry, HookType, state.admission, RuntimeExtConfig.from_env().admission)
+    config = RuntimeExtConfig.from_env()
+    admission.register(HookRegistry, HookType, state.admission, config.admission, config.reserve_ratio)
     state.registered_pids.add(os.getpid())

@@ -89,6 +89,7 @@ class AdmissionStats:
     admission, as cumulative-bucket counts (``QUEUE_TIME_BUCKETS``, seconds)."""
 
     policy: str = "sglang"
+    reserve_ratio: float = 1.0
     retractions: int = 0
     retracted_requests: int = 0
     retracted_tokens: int = 0

@@ -116,6 +116,8 @@ class SchedulingSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     admission: Admission = "sglang"
+    # budget only: the share of max_tokens reserved (1 = the worst case: never retracts)
+    reserve_ratio: float = Field(1.0, gt=0, le=1)
 
 
 class LimitsSettings(BaseModel):

@@ -235,6 +235,7 @@ def engine_setup(settings: Settings, info: ModelInfo) -> EngineSetup:
         prefix_events=prefix.events_path,
         quant_monitor=monitor_setup(settings, info, method, policy),
         admission=settings.scheduling.admission,
+        reserve_ratio=settings.scheduling.reserve_ratio,
     )
     options = EngineOptions(
         model_path=info.path,

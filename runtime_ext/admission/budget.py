@@ -15,10 +15,15 @@ plus its own fit in the pages that are free or held only by the prefix cache's e
 nodes. Each decode page then comes out of that margin: decode never runs short, so the engine
 never retracts. What a request did not use is released when it leaves the running batch
 (finished or aborted): its outstanding pages simply stop being counted.
+
+``reserve_ratio`` < 1 (``scheduling.reserve_ratio``) reserves only that share of ``max_new``: a
+bet that requests stop early, measured in ``bench/admission.py``. It gives up the guarantee:
+a request that outgrows its reservation can make the pool run short, and SGLang then retracts.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 OVERLAP_SLACK_TOKENS = 1  # one decode step allocated before the previous step's finish is seen
@@ -35,10 +40,11 @@ class Sequence:
     prompt_tokens: int
     max_new_tokens: int
     held_tokens: int  # KV tokens it holds now (its matched prefix included)
+    reserve_ratio: float = 1.0  # < 1: reserve only this share of max_new (no longer a guarantee)
 
     @property
     def worst_tokens(self) -> int:
-        return self.prompt_tokens + self.max_new_tokens + OVERLAP_SLACK_TOKENS
+        return self.prompt_tokens + math.ceil(self.max_new_tokens * self.reserve_ratio) + OVERLAP_SLACK_TOKENS
 
     def worst_pages(self, page_size: int) -> int:
         return pages(self.worst_tokens, page_size)

@@ -24,12 +24,12 @@ RETRACT_TARGET = "sglang.srt.managers.schedule_batch.ScheduleBatch.retract_decod
 POLICIES = ("sglang", "budget")
 
 
-def sequence(req: Any, held_tokens: int) -> Sequence:
-    return Sequence(len(req.origin_input_ids), int(req.sampling_params.max_new_tokens), int(held_tokens))
+def sequence(req: Any, held_tokens: int, ratio: float = 1.0) -> Sequence:
+    return Sequence(len(req.origin_input_ids), int(req.sampling_params.max_new_tokens), int(held_tokens), ratio)
 
 
-def running_sequence(req: Any) -> Sequence:
-    return sequence(req, req.kv.kv_allocated_len)
+def running_sequence(req: Any, ratio: float = 1.0) -> Sequence:
+    return sequence(req, req.kv.kv_allocated_len, ratio)
 
 
 def adder_class(base: type, stats: AdmissionStats) -> type:
@@ -41,15 +41,15 @@ def adder_class(base: type, stats: AdmissionStats) -> type:
             super().__init__(*args, **kwargs)
             self.structserve_budget = PassBudget(self.page_size)
             for req in self.running_batch.reqs if self.running_batch is not None else ():
-                self.structserve_budget.commit(running_sequence(req))
+                self.structserve_budget.commit(running_sequence(req, stats.reserve_ratio))
 
         def add_chunked_req(self, req: Any) -> Any:
             out = super().add_chunked_req(req)  # runs whatever the budget says: it holds KV already
-            self.structserve_budget.commit(running_sequence(req))
+            self.structserve_budget.commit(running_sequence(req, stats.reserve_ratio))
             return out
 
         def add_one_req(self, req: Any, has_chunked_req: bool, truncation_align_size: Any) -> Any:
-            seq = sequence(req, req.prefix_len)  # its matched prefix: reused, not reserved
+            seq = sequence(req, req.prefix_len, stats.reserve_ratio)  # its matched prefix: reused, not reserved
             if stats.policy == "budget" and not self._fits(req, seq):
                 stats.budget_holds += 1
                 return AddReqResult.NO_TOKEN
@@ -76,10 +76,10 @@ def adder_class(base: type, stats: AdmissionStats) -> type:
     return StructservePrefillAdder
 
 
-def register(hooks: Any, hook_type: Any, stats: AdmissionStats, policy: str) -> None:
+def register(hooks: Any, hook_type: Any, stats: AdmissionStats, policy: str, reserve_ratio: float = 1.0) -> None:
     if policy not in POLICIES:
         raise ValueError(f"scheduling.admission={policy!r}; valid: {', '.join(POLICIES)}")
-    stats.policy = policy
+    stats.policy, stats.reserve_ratio = policy, reserve_ratio
     classes: dict[type, type] = {}
 
     def get_adder_class(original: Any, scheduler: Any) -> type:
@@ -105,7 +105,7 @@ def admission_report(scheduler: Any, stats: AdmissionStats) -> dict:
     worst-case (reserved) vs held (used) pages."""
     page = scheduler.token_to_kv_pool_allocator.page_size
     running = getattr(scheduler, "running_batch", None)
-    seqs = [running_sequence(r) for r in (running.reqs if running is not None else ())]
+    seqs = [running_sequence(r, stats.reserve_ratio) for r in (running.reqs if running is not None else ())]
     return {
         **stats.report(),
         **usage(seqs, page),

@@ -20,6 +20,8 @@ EVERY_KNOB_SET = RuntimeExtConfig(
         enabled=True, sigma=3.0, max_fallback_bytes=1 << 20, sensitive_layers="/s.json", events_path="/e.jsonl"
     ),
     kv_rotation="k",
+    admission="budget",
+    reserve_ratio=0.625,
 )
 
 
@@ -56,3 +58,12 @@ def test_export_writes_the_config_and_clears_unset_knobs():
     RuntimeExtConfig().export(environ)
     assert RuntimeExtConfig.from_env(environ) == RuntimeExtConfig() and environ["PATH"] == "/bin"
     assert RuntimeExtConfig.from_env({}) == RuntimeExtConfig()  # nothing set: the defaults
+
+
+def test_an_unknown_admission_policy_is_refused_by_name():
+    import pytest
+
+    from runtime_ext.config import RuntimeConfigError
+
+    with pytest.raises(RuntimeConfigError, match="STRUCTSERVE_RUNTIME_ADMISSION='fifo'; valid: sglang, budget"):
+        RuntimeExtConfig.from_env({"STRUCTSERVE_RUNTIME_ADMISSION": "fifo"})
