@@ -96,6 +96,7 @@ class AdmissionStats:
     recomputed_tokens: int = 0
     budget_holds: int = 0
     admitted: int = 0
+    reused_tokens: int = 0  # prefix-cache tokens admitted requests matched (not reserved again)
     queue_time_counts: list[int] = field(default_factory=lambda: [0] * len(QUEUE_TIME_BUCKETS))
     queue_time_sum: float = 0.0
 

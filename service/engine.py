@@ -153,6 +153,21 @@ class SGLangEngine:
             prompt_logprobs=self._prompt_logprobs(meta),
         )
 
+    async def cache_prompt(self, plan: GenerationPlan, rid: str) -> int | None:
+        """Prefill ``plan``'s prompt alone (max_new_tokens 0, as SGLang's own ``n`` path does) so
+        the choices that follow reuse it from the prefix cache: computed once, held once.
+        Returns the tokens that were cached before, or None when there is no prefix cache."""
+        if self.options.prefix_cache == "off":
+            return None
+        try:
+            out = await self._engine.async_generate(
+                input_ids=list(plan.input_ids), sampling_params={"max_new_tokens": 0}, rid=rid
+            )
+        except asyncio.CancelledError:
+            await self.abort(rid)
+            raise
+        return int(out["meta_info"].get("cached_tokens", 0))
+
     async def stream(self, plan: GenerationPlan, rid: str) -> AsyncIterator[EngineDelta]:
         """Yield text increments; abort the engine request if the consumer goes away."""
         finished = False

@@ -118,13 +118,17 @@ SERVICE_QUEUE_SECONDS = Histogram(
     buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
 )
 ADMISSION_POLICY = Gauge(
-    "structserve_admission_policy", "The engine's admission policy (scheduling.admission)", ["policy"], registry=REGISTRY
+    "structserve_admission_policy",
+    "The engine's admission policy (scheduling.admission)",
+    ["policy"],
+    registry=REGISTRY,
 )
 SCHEDULER = Gauge(
     "structserve_scheduler",
     "The engine scheduler since start: retractions (events), retracted_requests, retracted_tokens "
     "(KV dropped by retraction), recomputed_tokens (prefilled again on re-admission), budget_holds "
-    "(admissions the budget deferred), admitted; and now: waiting_requests",
+    "(admissions the budget deferred), admitted, reused_tokens (prefix-cache tokens matched at "
+    "admission); and now: waiting_requests",
     ["stat"],
     registry=REGISTRY,
 )

@@ -69,7 +69,7 @@ def c8_server(assets, tmp_path_factory):
     """structserve on the tiny Qwen3 compressed both ways: W8A8 linear layers (one kept in high
     precision) and the INT8 KV cache with residuals (kv_cache: c8_static_residual, calibrated
     on the calibration split), the pool sized by a byte budget; prefixes reused by runtime_ext's
-    combined-block radix cache (4 pages of 16 tokens per unit)."""
+    combined-block radix cache (4 pages of 16 tokens per unit); budget admission."""
     from assets import calibration_text
     from tools.kv_calibrate import calibrate
 
@@ -86,6 +86,7 @@ def c8_server(assets, tmp_path_factory):
         STRUCTSERVE_QUANTIZATION="w8a8_dynamic",
         STRUCTSERVE_QUANT__IGNORE=f'["{C8_KEPT_LAYER}"]',
         STRUCTSERVE_PREFIX_CACHE__BACKEND="combined",
+        STRUCTSERVE_SCHEDULING__ADMISSION="budget",
     )
     yield server
     code = server.stop()

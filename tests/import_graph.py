@@ -35,6 +35,7 @@ PURE = (
     "runtime_ext/quant/targets.py",
     "runtime_ext/quant/monitor.py",
     "runtime_ext/quant/sensitivity.py",
+    "runtime_ext/admission/budget.py",
     "runtime_ext/config.py",
     "runtime_ext/state.py",
     "grammars/*",

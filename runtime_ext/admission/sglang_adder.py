@@ -56,6 +56,7 @@ def adder_class(base: type, stats: AdmissionStats) -> type:
             result = super().add_one_req(req, has_chunked_req, truncation_align_size)
             if self.can_run_list and self.can_run_list[-1] is req:
                 self.structserve_budget.commit(seq)
+                stats.reused_tokens += seq.held_tokens
                 entered = req.time_stats.wait_queue_entry_time
                 if not req.retracted_stain and entered > 0:
                     stats.observe_queue_time(time.perf_counter() - entered)

@@ -82,18 +82,19 @@ class ChatPipeline:
 
     async def finished(self, chat: PreparedChat) -> list[FinishedChoice]:
         """Every choice of ``chat``, run concurrently, in order."""
-        return list(await asyncio.gather(*(self._collect(chat, plan, rid) for rid, plan in _choices(chat))))
+        cached = await share_prompt(self.engine, chat)
+        return list(await asyncio.gather(*(self._collect(chat, plan, rid, cached) for rid, plan in _choices(chat))))
 
     async def complete(self, chat: PreparedChat) -> ChatCompletion:
         response = completion(chat.rid, chat.created, chat.request.model, await self.finished(chat))
         metrics.record_usage(response.usage)
         return response
 
-    async def _collect(self, chat: PreparedChat, plan: GenerationPlan, rid: str) -> FinishedChoice:
+    async def _collect(self, chat: PreparedChat, plan: GenerationPlan, rid: str, cached: int | None) -> FinishedChoice:
         out = self.output(chat)
         async for piece in collect_choice(self.engine, plan, rid):
             if (result := out.take(piece).result) is not None:
-                return FinishedChoice(result, piece.delta, piece.reasoning_tokens)
+                return FinishedChoice(result, _reported(piece, cached).delta, piece.reasoning_tokens)
         raise EngineError("the engine stream ended without a finish reason")
 
     async def stream(self, chat: PreparedChat) -> AsyncIterator[ChatCompletionChunk]:
@@ -139,8 +140,22 @@ def _choices(chat: PreparedChat) -> list[tuple[str, GenerationPlan]]:
     return out
 
 
+async def share_prompt(engine: EngineClient, chat: PreparedChat) -> int | None:
+    """n > 1: the prompt is prefilled once ahead of the choices, which then reuse it from the
+    prefix cache (one copy in the KV pool; the budget counts it once). Returns the prompt
+    tokens that were cached before this request: usage reports those, not the warm-up's."""
+    if chat.request.n < 2:
+        return None
+    return await engine.cache_prompt(chat.plan, f"{chat.rid}-prompt")
+
+
+def _reported(piece: Piece, cached: int | None) -> Piece:
+    return piece if cached is None else replace(piece, delta=replace(piece.delta, cached_tokens=cached))
+
+
 async def merge_choices(engine: EngineClient, chat: PreparedChat) -> AsyncIterator[tuple[int, Piece]]:
     """Interleave the n choice streams; closing this generator aborts every one of them."""
+    cached = await share_prompt(engine, chat)
     choices = _choices(chat)
     if len(choices) == 1:
         stream = stream_choice(engine, choices[0][1], choices[0][0])
@@ -174,7 +189,7 @@ async def merge_choices(engine: EngineClient, chat: PreparedChat) -> AsyncIterat
             elif isinstance(item, BaseException):
                 raise item
             else:
-                yield index, item
+                yield index, _reported(item, cached)
     finally:
         for task in tasks:
             task.cancel()

@@ -102,3 +102,24 @@ def test_a_request_the_pool_can_never_hold_is_a_400_naming_the_largest_max_token
     assert chat(server, "Hello.", largest + 1).status_code == 400
     served = chat(server, "Hello.", largest)  # the largest that fits is admitted (not left waiting)
     assert served.status_code == 200 and served.json()["usage"]["completion_tokens"] == largest
+
+
+def test_n_choices_share_one_prefilled_prompt_and_usage_stays_honest(servers):
+    """n = 4: the prompt is prefilled once, then every choice matches it in the prefix cache
+    (so the budget counts it once); usage still says none of it was cached before."""
+    server = servers["budget"]
+    before = stat(scrape(server), "reused_tokens")
+    body = {
+        "model": server.model_name,
+        "messages": [{"role": "user", "content": "shared prompt " * 60}],
+        "max_tokens": 8,
+        "n": 4,
+        "temperature": 1.0,
+    }
+    resp = httpx.post(f"{server.base_url}/v1/chat/completions", json=body, timeout=120)
+    assert resp.status_code == 200 and len(resp.json()["choices"]) == 4
+    usage = resp.json()["usage"]
+    assert usage["prompt_tokens_details"]["cached_tokens"] == 0  # a fresh prompt: nothing was cached
+    reused = stat(scrape(server), "reused_tokens") - before
+    whole_pages = usage["prompt_tokens"] // PAGE * PAGE
+    assert reused >= 4 * (whole_pages - PAGE), (reused, usage)  # each choice reused the prompt's pages

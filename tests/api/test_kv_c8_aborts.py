@@ -1,6 +1,6 @@
 """The INT8 KV cache (C8-S + INT4 residuals) through the whole service: 100 aborted
 requests (mid-prefill and mid-decode, plain and thinking) leave no quantized page and no
-residual slot behind, and it still serves. The pool was sized from a byte budget; the
+residual slot behind, no budget reservation (admission: budget), and it still serves. The pool was sized from a byte budget; the
 combined-block prefix cache stays consistent through the aborts (KV used back to 0)."""
 
 from __future__ import annotations
@@ -51,6 +51,11 @@ def test_100_aborts_leave_no_kv_pages(c8_server):
     assert wait_for_kv(c8_server, lambda v: v == 0, timeout=60) == 0, f"leaked: {kv_used(c8_server)} tokens"
     census = assert_pool_consistent(c8_server)  # the prefix tree and the pool agree after the aborts
     assert census["tree_evictable"] > 0  # the tree kept the prompts' pages
+    idle = scrape(c8_server)  # budget admission: every aborted request's reservation was released
+    assert idle[("structserve_admission_policy", (("policy", "budget"),))] == 1
+    for state in ("reserved", "used", "outstanding"):
+        assert idle[("structserve_kv_pages", (("state", state),))] == 0, state
+    assert idle[("structserve_scheduler", (("stat", "waiting_requests"),))] == 0
     ok = httpx.post(
         f"{c8_server.base_url}/v1/chat/completions",
         timeout=60,

@@ -108,9 +108,10 @@ def test_c8_serves_and_tracks_the_unquantized_cache(assets, model, tmp_path):
         prompt_ids.append(outlier_prompt(model_dir, calibration))
     ref = run(model_dir, prompt_ids, "bf16")
     compare(f"{model} c8_dynamic (kv_rotation kv)", ref, run(model_dir, prompt_ids, "c8_dynamic"))
+    static_modes = ("c8_static", "c8_static_residual") if model == "qwen3_tiny" else ("c8_static_residual",)
     runs = {
         mode: run(model_dir, prompt_ids, mode, env=RuntimeExtConfig(kv_calibration=calib).to_env())
-        for mode in ("c8_static", "c8_static_residual")
+        for mode in static_modes  # SmolLM2: C8-S alone is C8-S+R without its residuals (suite time)
     }
     for mode, quant in runs.items():
         compare(f"{model} {mode}", ref, quant)
@@ -129,4 +130,4 @@ def test_c8_serves_and_tracks_the_unquantized_cache(assets, model, tmp_path):
         per_token = {mode: pool["bytes"] / pool["tokens"] for mode, pool in POOLS.items()}
         bf16 = per_token.pop("bf16") / 2  # the unquantized run holds float32 values: 2 bytes each in bf16
         print({mode: f"{bf16 / size:.2f}x bf16 tokens" for mode, size in per_token.items()})
-        assert len(per_token) == 3 and all(bf16 / size >= 1.9 for size in per_token.values())
+        assert len(per_token) == len(static_modes) + 1 and all(bf16 / size >= 1.9 for size in per_token.values())

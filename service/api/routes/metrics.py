@@ -83,7 +83,14 @@ def _admission(admission: dict | None) -> None:
     if not admission:
         return
     m.ADMISSION_POLICY.labels(policy=admission["policy"]).set(1)
-    for stat in ("retractions", "retracted_requests", "retracted_tokens", "recomputed_tokens", "budget_holds"):
+    for stat in (
+        "retractions",
+        "retracted_requests",
+        "retracted_tokens",
+        "recomputed_tokens",
+        "budget_holds",
+        "reused_tokens",
+    ):
         m.SCHEDULER.labels(stat=stat).set(admission[stat])
     m.SCHEDULER.labels(stat="admitted").set(admission["admitted"])
     if "waiting_requests" in admission:  # read in the scheduler with its census

@@ -136,7 +136,9 @@ request = st.tuples(st.integers(1, 40), st.integers(1, 40), st.floats(0.05, 1.0)
 def test_reservations_never_exceed_free_plus_evictable_and_decode_never_runs_short(total, chunk, arrivals, aborts):
     pool = Pool(total, chunk)
     waiting = [
-        (i, Req(p, m, max(1, int(m * stop)))) for i, (p, m, stop, _) in enumerate(arrivals) if pages(p + m + 1, PAGE) <= total
+        (i, Req(p, m, max(1, int(m * stop))))
+        for i, (p, m, stop, _) in enumerate(arrivals)
+        if pages(p + m + 1, PAGE) <= total
     ]
     cached = {i: c for i, (*_, c) in enumerate(arrivals)}
     for _ in range(2000):
