@@ -43,11 +43,11 @@ LONG = [
 ]
 
 
-def stream_of_requests(n: int, rate: float, seed: int) -> list[dict]:
+def stream_of_requests(n: int, rate: float, seed: int, long_share: float) -> list[dict]:
     rng, at, out = random.Random(seed), 0.0, []
     for _ in range(n):
         at += rng.expovariate(rate)
-        question = rng.choice(LONG if rng.random() < 0.5 else SHORT)
+        question = rng.choice(LONG if rng.random() < long_share else SHORT)
         max_tokens = int(math.exp(rng.uniform(math.log(64), math.log(1024))))
         out.append({"at": at, "question": question, "max_tokens": max_tokens})
     return out
@@ -75,7 +75,8 @@ async def one(client: httpx.AsyncClient, url: str, model: str, req: dict, t0: fl
             if first is None and any((c.get("delta") or {}).get("content") for c in chunk.get("choices", [])):
                 first = time.perf_counter()
     end = time.perf_counter()
-    return {"ok": usage is not None, "ttft": (first or end) - start, "e2e": end - start, "usage": usage}
+    hit_max = usage is not None and usage["completion_tokens"] >= req["max_tokens"]
+    return {"ok": usage is not None, "ttft": (first or end) - start, "e2e": end - start, "usage": usage, "hit_max": hit_max}
 
 
 def scrape(base_url: str) -> dict:
@@ -135,6 +136,7 @@ def summarize(results: list[dict], samples: list[dict], elapsed: float, metrics:
         "retracted_requests": stat["retracted_requests"],
         "recomputed_tokens": stat["recomputed_tokens"],
         "output_tokens": sum(r["usage"]["completion_tokens"] for r in ok),
+        "stopped_early": sum(not r["hit_max"] for r in ok),
         "tok_s": sum(r["usage"]["completion_tokens"] for r in ok) / elapsed,
         "ttft_p50": pct([r["ttft"] for r in ok], 50),
         "ttft_p99": pct([r["ttft"] for r in ok], 99),
@@ -169,7 +171,7 @@ def run_policy(model: Path, policy: str, args: argparse.Namespace, stream: list[
 
 def table(rows: dict[str, dict], args: argparse.Namespace) -> None:
     t = Table(title=f"{args.requests} requests at {args.rate}/s, pool {args.pool} tokens, SmolLM2 (one run)")
-    cols = ["ok", "retractions", "recomputed_tokens", "tok_s", "ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99"]
+    cols = ["ok", "stopped_early", "retractions", "recomputed_tokens", "tok_s", "ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99"]
     cols += ["pool_util", "reserved_over_used", "queue_mean_s"]
     t.add_column("policy")
     for c in cols:
@@ -201,13 +203,14 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=1.0)
     parser.add_argument("--pool", type=int, default=3072)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--long", type=float, default=0.5, help="share of requests asking for an essay")
     parser.add_argument("--png", default=str(ROOT / "docs" / "img" / "admission_pool.png"))
     parser.add_argument("--json", default="")
     args = parser.parse_args()
     from assets import fetch
 
     model = fetch(["smollm2"]).smollm2
-    stream = stream_of_requests(args.requests, args.rate, args.seed)
+    stream = stream_of_requests(args.requests, args.rate, args.seed, args.long)
     rows, timelines = {}, {}
     for policy in args.policies.split(","):
         rows[policy], timelines[policy] = run_policy(model, policy, args, stream)

@@ -166,6 +166,8 @@ class SGLangEngine:
         except asyncio.CancelledError:
             await self.abort(rid)
             raise
+        except ValueError as exc:  # SGLang: an abort with status 400
+            raise _abort_error(str(exc), 400, plan) from exc
         return int(out["meta_info"].get("cached_tokens", 0))
 
     async def stream(self, plan: GenerationPlan, rid: str) -> AsyncIterator[EngineDelta]:
