@@ -10,7 +10,7 @@ recomputed tokens, output tokens/s, TTFT and end-to-end p50/p99, mean pool utili
 held by requests / pool, sampled every 0.5 s), reserved vs used pages, time from the
 scheduler's queue to first admission. Writes ``docs/img/admission_pool.png`` (pool use over time).
 
-    .venv/bin/python bench/admission.py                        # ~10 min
+    .venv/bin/python bench/admission.py                        # ~17 min: sglang, budget, budget@0.5
     .venv/bin/python bench/admission.py --policies budget,sglang --requests 24
 """
 
@@ -76,7 +76,13 @@ async def one(client: httpx.AsyncClient, url: str, model: str, req: dict, t0: fl
                 first = time.perf_counter()
     end = time.perf_counter()
     hit_max = usage is not None and usage["completion_tokens"] >= req["max_tokens"]
-    return {"ok": usage is not None, "ttft": (first or end) - start, "e2e": end - start, "usage": usage, "hit_max": hit_max}
+    return {
+        "ok": usage is not None,
+        "ttft": (first or end) - start,
+        "e2e": end - start,
+        "usage": usage,
+        "hit_max": hit_max,
+    }
 
 
 def scrape(base_url: str) -> dict:
@@ -171,7 +177,17 @@ def run_policy(model: Path, policy: str, args: argparse.Namespace, stream: list[
 
 def table(rows: dict[str, dict], args: argparse.Namespace) -> None:
     t = Table(title=f"{args.requests} requests at {args.rate}/s, pool {args.pool} tokens, SmolLM2 (one run)")
-    cols = ["ok", "stopped_early", "retractions", "recomputed_tokens", "tok_s", "ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99"]
+    cols = [
+        "ok",
+        "stopped_early",
+        "retractions",
+        "recomputed_tokens",
+        "tok_s",
+        "ttft_p50",
+        "ttft_p99",
+        "e2e_p50",
+        "e2e_p99",
+    ]
     cols += ["pool_util", "reserved_over_used", "queue_mean_s"]
     t.add_column("policy")
     for c in cols:
@@ -200,10 +216,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--policies", default="sglang,budget,budget@0.5")
     parser.add_argument("--requests", type=int, default=40)
-    parser.add_argument("--rate", type=float, default=1.0)
-    parser.add_argument("--pool", type=int, default=3072)
+    parser.add_argument("--rate", type=float, default=3.0)
+    parser.add_argument("--pool", type=int, default=2048)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--long", type=float, default=0.5, help="share of requests asking for an essay")
+    parser.add_argument("--long", type=float, default=0.7, help="share of requests asking for an essay")
     parser.add_argument("--png", default=str(ROOT / "docs" / "img" / "admission_pool.png"))
     parser.add_argument("--json", default="")
     args = parser.parse_args()

@@ -63,6 +63,8 @@ class EngineOptions:
         )
         if e.context_length is not None:
             kwargs["context_length"] = e.context_length
+        if e.chunked_prefill_size is not None:
+            kwargs["chunked_prefill_size"] = e.chunked_prefill_size
         if self.quantization is not None:
             kwargs["quantization"] = self.quantization
         if self.prefix_cache == "off":

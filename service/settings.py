@@ -33,6 +33,7 @@ class EngineSettings(BaseModel):
     kv_cache_bytes: int | None = Field(None, ge=1 << 20)
     page_size: int = Field(16, ge=1, le=1024)
     context_length: int | None = Field(None, ge=16)
+    chunked_prefill_size: int | None = Field(None, ge=16)  # prefill in chunks of this many tokens (None: SGLang's)
     max_running_requests: int = Field(64, ge=1)
     attention_backend: str = "torch_native"
     random_seed: int = 0

@@ -16,7 +16,7 @@ import pytest
 from tests.api.test_kv_c8_aborts import scrape
 from tests.server import ServerProcess
 
-POOL_TOKENS, PAGE = 1024, 16
+POOL_TOKENS, PAGE, CHUNK = 1024, 16, 64
 LOAD = 14  # concurrent requests of MAX_TOKENS: ~3.5 pools of worst-case KV
 MAX_TOKENS = 220
 
@@ -31,6 +31,7 @@ def start(assets, policy: str) -> ServerProcess:
             "STRUCTSERVE_ENGINE__MAX_TOTAL_TOKENS": str(POOL_TOKENS),
             "STRUCTSERVE_ENGINE__PAGE_SIZE": str(PAGE),
             "STRUCTSERVE_SCHEDULING__ADMISSION": policy,
+            "STRUCTSERVE_ENGINE__CHUNKED_PREFILL_SIZE": str(CHUNK),  # long prompts arrive in chunks
         },
     )
     server.start()
@@ -117,8 +118,8 @@ def test_a_request_the_pool_can_never_hold_is_a_400_naming_the_largest_max_token
 
 
 def test_n_choices_share_one_prefilled_prompt_and_usage_stays_honest(servers):
-    """n = 4: the prompt is prefilled once, then every choice matches it in the prefix cache
-    (so the budget counts it once); usage still says none of it was cached before."""
+    """n = 4: the prompt is prefilled once (in 64-token chunks), then every choice matches it in
+    the prefix cache (so the budget counts it once); usage still says none of it was cached."""
     server = servers["budget"]
     before = stat(scrape(server), "reused_tokens")
     body = {
