@@ -85,13 +85,16 @@ async def one(client: httpx.AsyncClient, url: str, model: str, req: dict, t0: fl
     }
 
 
-def scrape(base_url: str) -> dict:
-    text = httpx.get(f"{base_url}/metrics", timeout=30).text
+def parse_metrics(text: str) -> dict:
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for family in text_string_to_metric_families(text)
         for s in family.samples
     }
+
+
+def scrape(base_url: str) -> dict:
+    return parse_metrics(httpx.get(f"{base_url}/metrics", timeout=30).text)
 
 
 def pool_sample(metrics: dict) -> dict:
@@ -103,12 +106,7 @@ def pool_sample(metrics: dict) -> dict:
 async def sample_pool(base_url: str, until: asyncio.Event, out: list, t0: float) -> None:
     async with httpx.AsyncClient(timeout=30) as client:
         while not until.is_set():
-            text = (await client.get(f"{base_url}/metrics")).text
-            metrics = {
-                (s.name, tuple(sorted(s.labels.items()))): s.value
-                for family in text_string_to_metric_families(text)
-                for s in family.samples
-            }
+            metrics = parse_metrics((await client.get(f"{base_url}/metrics")).text)
             out.append({"t": time.perf_counter() - t0, **pool_sample(metrics)})
             await asyncio.sleep(0.5)
 
