@@ -31,7 +31,7 @@ import os
 from collections.abc import MutableMapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 from runtime_ext.quant.monitor import MonitorConfig
 from runtime_ext.quant.policy import QuantPolicy
@@ -75,6 +75,7 @@ ENV_NAMES = (
 )
 Admission = Literal["sglang", "budget"]
 ADMISSIONS: tuple[Admission, ...] = ("sglang", "budget")
+Choice = TypeVar("Choice", bound=str)
 
 
 class RuntimeConfigError(ValueError):
@@ -136,21 +137,15 @@ class RuntimeExtConfig:
             prefix_events=Path(events) if events else None,
             attention="sglang" if environ.get(_ATTENTION) == "sglang" else "structserve",
             quant_monitor=MonitorConfig(**json.loads(monitor)) if (monitor := environ.get(_QUANT_MONITOR)) else None,
-            kv_rotation=_rotation(environ.get(_KV_ROTATION, DEFAULT_KV_ROTATION)),
-            admission=_admission(environ.get(_ADMISSION, "sglang")),
+            kv_rotation=_one_of(_KV_ROTATION, environ.get(_KV_ROTATION, DEFAULT_KV_ROTATION), KV_ROTATIONS),
+            admission=_one_of(_ADMISSION, environ.get(_ADMISSION, "sglang"), ADMISSIONS),
             reserve_ratio=float(environ.get(_RESERVE_RATIO, "1.0")),
         )
 
 
-def _rotation(value: str) -> KVRotation:
-    for known in KV_ROTATIONS:
-        if value == known:
-            return known
-    raise RuntimeConfigError(f"{_KV_ROTATION}={value!r}; valid: {', '.join(KV_ROTATIONS)}")
-
-
-def _admission(value: str) -> Admission:
-    for known in ADMISSIONS:
-        if value == known:
-            return known
-    raise RuntimeConfigError(f"{_ADMISSION}={value!r}; valid: {', '.join(ADMISSIONS)}")
+def _one_of(variable: str, value: str, known: tuple[Choice, ...]) -> Choice:
+    """``value`` as one of the ``known`` literals, or a RuntimeConfigError naming the variable."""
+    for choice in known:
+        if value == choice:
+            return choice
+    raise RuntimeConfigError(f"{variable}={value!r}; valid: {', '.join(known)}")

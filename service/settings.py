@@ -112,13 +112,19 @@ class RequestSettings(BaseModel):
 
 
 class SchedulingSettings(BaseModel):
-    """How the engine admits requests into its KV pool (``docs/configuration.md``)."""
+    """How the engine admits requests into its KV pool (``docs/admission.md``)."""
 
     model_config = ConfigDict(extra="forbid")
 
     admission: Admission = "sglang"
     # budget only: the share of max_tokens reserved (1 = the worst case: never retracts)
     reserve_ratio: float = Field(1.0, gt=0, le=1)
+
+    @model_validator(mode="after")
+    def _ratio_needs_budget(self) -> "SchedulingSettings":
+        if self.reserve_ratio != 1.0 and self.admission != "budget":
+            raise ValueError("scheduling.reserve_ratio applies to scheduling.admission: budget only")
+        return self
 
 
 class LimitsSettings(BaseModel):

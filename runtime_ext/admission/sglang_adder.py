@@ -39,23 +39,26 @@ def adder_class(base: type, stats: AdmissionStats) -> type:
     class StructservePrefillAdder(base):  # type: ignore[misc, valid-type]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
-            self.structserve_budget = PassBudget(self.page_size)
-            for req in self.running_batch.reqs if self.running_batch is not None else ():
+            # None under ``sglang``: no per-pass work beyond the counters
+            self.structserve_budget = PassBudget(self.page_size) if stats.policy == "budget" else None
+            for req in self.running_batch.reqs if self.structserve_budget and self.running_batch else ():
                 self.structserve_budget.commit(running_sequence(req, stats.reserve_ratio))
 
         def add_chunked_req(self, req: Any) -> Any:
             out = super().add_chunked_req(req)  # runs whatever the budget says: it holds KV already
-            self.structserve_budget.commit(running_sequence(req, stats.reserve_ratio))
+            if self.structserve_budget is not None:
+                self.structserve_budget.commit(running_sequence(req, stats.reserve_ratio))
             return out
 
         def add_one_req(self, req: Any, has_chunked_req: bool, truncation_align_size: Any) -> Any:
             seq = sequence(req, req.prefix_len, stats.reserve_ratio)  # its matched prefix: reused, not reserved
-            if stats.policy == "budget" and not self._fits(req, seq):
+            if self.structserve_budget is not None and not self._fits(req, seq):
                 stats.budget_holds += 1
                 return AddReqResult.NO_TOKEN
             result = super().add_one_req(req, has_chunked_req, truncation_align_size)
             if self.can_run_list and self.can_run_list[-1] is req:
-                self.structserve_budget.commit(seq)
+                if self.structserve_budget is not None:
+                    self.structserve_budget.commit(seq)
                 stats.reused_tokens += seq.held_tokens
                 entered = req.time_stats.wait_queue_entry_time
                 if not req.retracted_stain and entered > 0:
@@ -63,6 +66,7 @@ def adder_class(base: type, stats: AdmissionStats) -> type:
             return result
 
         def _fits(self, req: Any, seq: Sequence) -> bool:
+            assert self.structserve_budget is not None
             with self._lock_node(req.last_node):  # the prefix it reuses is not evictable for it
                 free = self.token_to_kv_pool_allocator.available_size() + self.tree_cache.evictable_size()
                 return self.structserve_budget.fits(seq, free // self.page_size)

@@ -90,9 +90,9 @@ def _admission(admission: dict | None) -> None:
         "recomputed_tokens",
         "budget_holds",
         "reused_tokens",
+        "admitted",
     ):
         m.SCHEDULER.labels(stat=stat).set(admission[stat])
-    m.SCHEDULER.labels(stat="admitted").set(admission["admitted"])
     if "waiting_requests" in admission:  # read in the scheduler with its census
         m.SCHEDULER.labels(stat="waiting_requests").set(admission["waiting_requests"])
         for state in ("reserved", "used", "outstanding"):

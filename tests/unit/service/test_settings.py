@@ -58,3 +58,11 @@ def test_missing_model_dir(monkeypatch, tmp_path):
     monkeypatch.setenv("STRUCTSERVE_MODEL", str(tmp_path / "nope"))
     with pytest.raises(ValidationError, match="does not exist"):
         load_settings()
+
+
+def test_a_reserve_ratio_without_budget_admission_is_refused(monkeypatch):
+    monkeypatch.setenv("STRUCTSERVE_SCHEDULING__RESERVE_RATIO", "0.5")
+    with pytest.raises(ValidationError, match="reserve_ratio applies to scheduling.admission: budget only"):
+        load_settings()
+    monkeypatch.setenv("STRUCTSERVE_SCHEDULING__ADMISSION", "budget")
+    assert load_settings().scheduling.reserve_ratio == 0.5
