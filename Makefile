@@ -3,10 +3,14 @@ SHELL := /bin/bash
 VENV_PY := .venv/bin/python
 STRUCTSERVE := .venv/bin/structserve
 
-.PHONY: setup assets serve test test-unit lint bench clean
+.PHONY: setup gateway assets serve test test-unit lint bench clean
 
 setup:
 	@bash scripts/setup.sh
+
+# SGLang's model gateway (smg) in its own venv, .venv-gateway (docs/scale-out.md)
+gateway:
+	@bash scripts/setup_gateway.sh
 
 assets: setup
 	@$(STRUCTSERVE) assets fetch
@@ -15,7 +19,7 @@ assets: setup
 serve: setup
 	@$(STRUCTSERVE) serve
 
-test: assets lint
+test: assets gateway lint
 	@$(VENV_PY) -m pytest $(PYTEST_ARGS)
 
 # Static checks (also the first step of `make test`): lint, format, strict types on the pure packages.
@@ -34,4 +38,4 @@ bench: assets
 	@$(VENV_PY) bench/reasoning_overhead.py --mechanism
 
 clean:
-	rm -f .venv
+	rm -f .venv .venv-gateway

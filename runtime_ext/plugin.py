@@ -72,10 +72,18 @@ def _add_report(result: Any, controller: Any = None, *_args: Any, **_kwargs: Any
 
                 report["kv_pool"], report["kv_census"] = pool_report(scheduler), census(scheduler)
                 report["admission"] = admission_report(scheduler, _STATE.admission)
+                report["dp_rank"] = _dp_rank()
             except Exception as exc:  # noqa: BLE001
                 report["error"] = f"{type(exc).__name__}: {exc}"
         state[INTERNAL_STATE_KEY] = report
     return result
+
+
+def _dp_rank() -> int:
+    """This scheduler's data-parallel rank (0 without data parallelism)."""
+    from sglang.srt.runtime_context import get_parallel
+
+    return int(get_parallel().dp_rank or 0)
 
 
 def register() -> None:

@@ -20,6 +20,10 @@ def serve(
     config: Annotated[Optional[Path], typer.Option(help="YAML file overriding configs/default.yaml.")] = None,
     host: Annotated[Optional[str], typer.Option(help="Bind address.")] = None,
     port: Annotated[Optional[int], typer.Option(help="Port.")] = None,
+    served_model_name: Annotated[
+        Optional[str],
+        typer.Option(help="The model id clients (and a gateway in front) send. Default: the directory name."),
+    ] = None,
 ) -> None:
     """Serve the OpenAI-compatible API (fetches the default model on first use)."""
     import uvicorn
@@ -29,8 +33,9 @@ def serve(
     from service.serving import DrainingServer
     from service.settings import load_settings
 
-    settings = load_settings(config, model=model, host=host, port=port)
+    settings = load_settings(config, model=model, host=host, port=port, served_model_name=served_model_name)
     setup_logging(settings.log_level, settings.log_format)
+    _check_sglang_args(settings.engine.sglang_args)
     model_path = settings.model or _default_model(settings.cache_dir)
     served = settings.served_model_name or model_path.name
     api = create_app(settings, model_path, served)
@@ -54,6 +59,17 @@ def serve(
     if failure:
         typer.echo(f"structserve: engine failed to start: {failure}", err=True)
         raise typer.Exit(1)
+
+
+def _check_sglang_args(args: dict) -> None:
+    """``engine.sglang_args`` against SGLang's ServerArgs before anything starts (exit 2)."""
+    from service.engine_args import checked_sglang_args
+
+    try:
+        checked_sglang_args(args)
+    except ValueError as exc:
+        typer.echo(f"structserve: {exc}", err=True)
+        raise typer.Exit(2)
 
 
 def _exit_zero_after_graceful_sigterm(server: object) -> None:

@@ -1,6 +1,7 @@
 """The in-process SGLang engine: lifecycle, generate, stream, abort, KV usage.
 
-This is the only service module that imports sglang. CPU defaults are set here, not
+This module and ``service.engine_args`` (the engine's arguments) are the service modules that
+import sglang. CPU defaults are set here, not
 by the user: ``SGLANG_USE_CPU_ENGINE=1`` (without it SGLang's CPU path dies on a vllm
 import), the ``torch_native`` attention backend and a bounded KV pool.
 """
@@ -9,18 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import re
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
 from fastapi import HTTPException
 
-from runtime_ext.kv_cache.sizing import KVMode
 from runtime_ext.plugin import INTERNAL_STATE_KEY
+from service.engine_args import EngineOptions, prepare_process_env
 from service.errors import EngineError, InvalidRequestError, ServiceError
-from service.settings import EngineSettings, PrefixBackend
 from service.token_text import TokenTexts
 from service.types import EngineDelta, EngineOutput, GenerationPlan, TokenLogprob
 
@@ -28,61 +26,9 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class EngineOptions:
-    """The engine's arguments: ``engine`` is the ``engine:`` settings section as startup resolved
-    it (``max_total_tokens`` from the KV byte budget when one is set), the rest come from the
-    top-level settings and the startup checks."""
-
-    model_path: Path
-    engine: EngineSettings = field(default_factory=EngineSettings)
-    dtype: str = "auto"
-    kv_cache: KVMode = "bf16"
-    quantization: str | None = None  # an SGLang quantization method name (ours: structserve_<scheme>)
-    prefix_cache: PrefixBackend = "sglang"
-
-    def engine_kwargs(self) -> dict[str, Any]:
-        e = self.engine
-        kwargs: dict[str, Any] = dict(
-            model_path=str(self.model_path),
-            dtype=self.dtype,
-            device=e.device,
-            max_total_tokens=e.max_total_tokens,
-            page_size=e.page_size,
-            max_running_requests=e.max_running_requests,
-            attention_backend=e.attention_backend,
-            random_seed=e.random_seed,
-            log_level=e.log_level,
-            sleep_on_idle=e.sleep_on_idle,
-            disable_overlap_schedule=e.disable_overlap_schedule,
-            # bf16 = unquantized (the model's dtype); c8_* are runtime_ext's INT8 methods
-            kv_cache_dtype="auto" if self.kv_cache == "bf16" else self.kv_cache,
-            incremental_streaming_output=True,
-            # JSON without free whitespace: no tokens wasted, and the same grammar
-            # grammars/compile.py checks ahead of the engine.
-            constrained_json_disable_any_whitespace=True,
-        )
-        if e.context_length is not None:
-            kwargs["context_length"] = e.context_length
-        if e.chunked_prefill_size is not None:
-            kwargs["chunked_prefill_size"] = e.chunked_prefill_size
-        if self.quantization is not None:
-            kwargs["quantization"] = self.quantization
-        if self.prefix_cache == "off":
-            kwargs["disable_radix_cache"] = True
-        elif self.prefix_cache == "combined":  # C reaches the scheduler in RuntimeExtConfig.combine_blocks
-            kwargs["radix_cache_backend"] = "structserve_combined"
-        return kwargs
-
-
-@dataclass(frozen=True)
 class KVUsage:
     used_tokens: int
     capacity_tokens: int
-
-
-def prepare_process_env(device: str) -> None:
-    if device == "cpu":
-        os.environ["SGLANG_USE_CPU_ENGINE"] = "1"
 
 
 class SGLangEngine:
@@ -95,7 +41,7 @@ class SGLangEngine:
 
     @classmethod
     def start(cls, options: EngineOptions) -> "SGLangEngine":
-        prepare_process_env(options.engine.device)
+        prepare_process_env(options.engine.device, options.engine)
         import sglang
 
         log.info("starting SGLang engine: %s", options)
@@ -207,16 +153,26 @@ class SGLangEngine:
         self._tm.abort_request(rid=rid)
 
     async def kv_usage(self) -> KVUsage:
-        """Tokens held by running requests (the radix cache's evictable pages excluded)."""
+        """Tokens held by running requests (the radix cache's evictable pages excluded), summed
+        over the data-parallel schedulers."""
         loads = await self._tm.get_loads(include=["core", "memory"])
-        load = loads[0]
-        capacity = load.memory.token_capacity if load.memory else self.options.engine.max_total_tokens
-        return KVUsage(used_tokens=int(load.num_used_tokens), capacity_tokens=int(capacity))
+        used = sum(int(load.num_used_tokens) for load in loads)
+        capacity = sum(
+            load.memory.token_capacity if load.memory else self.options.engine.max_total_tokens for load in loads
+        )
+        return KVUsage(used_tokens=used, capacity_tokens=int(capacity))
+
+    async def plugin_reports(self) -> list[dict[str, Any]]:
+        """The runtime_ext plugin's report from inside each scheduler process (one per
+        data-parallel rank, in rank order); empty if the plugin is not loaded."""
+        states = await self._tm.get_internal_state()
+        reports = [s[INTERNAL_STATE_KEY] for s in states if INTERNAL_STATE_KEY in s]
+        return sorted(reports, key=lambda r: r.get("dp_rank") or 0)
 
     async def plugin_report(self) -> dict[str, Any] | None:
-        """The runtime_ext plugin's report from inside the scheduler process, if loaded."""
-        states = await self._tm.get_internal_state()
-        return states[0].get(INTERNAL_STATE_KEY) if states else None
+        """One scheduler's report (rank 0: each rank has the same pool and the same plugin)."""
+        reports = await self.plugin_reports()
+        return reports[0] if reports else None
 
     def child_pids(self) -> list[int]:
         return list(self._engine.get_all_child_pids())

@@ -36,8 +36,8 @@ KV_CAPACITY = Gauge("structserve_kv_capacity_tokens", "KV pool size in tokens", 
 READY = Gauge("structserve_ready", "1 when the engine serves requests", registry=REGISTRY)
 PLUGIN = Gauge(
     "structserve_runtime_ext_loaded",
-    "1 when the runtime_ext plugin reports itself from inside SGLang's scheduler process",
-    ["scheduler_pid", "version"],
+    "1 when the runtime_ext plugin reports itself from inside SGLang's scheduler process (one per dp rank)",
+    ["scheduler_pid", "dp_rank", "version"],
     registry=REGISTRY,
 )
 KV_METHOD = Gauge(

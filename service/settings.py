@@ -40,6 +40,30 @@ class EngineSettings(BaseModel):
     log_level: str = "warning"
     sleep_on_idle: bool = True
     disable_overlap_schedule: bool = False
+    # Parallelism inside this replica (docs/scale-out.md): tensor-parallel ranks per model copy,
+    # data-parallel schedulers (each with its own KV pool of max_total_tokens).
+    tp_size: int = Field(1, ge=1)
+    dp_size: int = Field(1, ge=1)
+    devices: list[int] | None = None  # npu: the NPU ids this replica uses, tp_size * dp_size of them
+    sglang_args: dict[str, Any] = Field(default_factory=dict)  # other ServerArgs fields, checked at startup
+
+    @model_validator(mode="after")
+    def _parallelism(self) -> "EngineSettings":
+        ranks = self.tp_size * self.dp_size
+        if self.tp_size > 1 and self.device == "cpu":
+            raise ValueError(
+                "engine.tp_size > 1 cannot run on device: cpu with sglang 0.5.23 (its tensor-parallel group "
+                "opens a NCCL communicator on every platform but NPU/XPU); use engine.dp_size for more "
+                "schedulers on CPU, tp_size on NPU (docs/scale-out.md)"
+            )
+        if self.devices is not None:
+            if self.device != "npu":
+                raise ValueError("engine.devices applies to device: npu only")
+            if len(self.devices) != ranks or len(set(self.devices)) != ranks or min(self.devices) < 0:
+                raise ValueError(
+                    f"engine.devices must list {ranks} distinct NPU ids (tp_size * dp_size), got {self.devices}"
+                )
+        return self
 
 
 class GrammarSettings(BaseModel):

@@ -36,6 +36,7 @@ PURE = (
     "runtime_ext/quant/monitor.py",
     "runtime_ext/quant/sensitivity.py",
     "runtime_ext/admission/budget.py",
+    "runtime_ext/report_merge.py",
     "runtime_ext/config.py",
     "runtime_ext/state.py",
     "grammars/*",

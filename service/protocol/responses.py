@@ -293,4 +293,9 @@ class ResponsesRequest(_Strict):
     metadata: dict[MetadataKey, MetadataValue] | None = Field(None, max_length=16)
     user: str | None = None
     seed: int | None = None  # structserve extension (as in chat)
+    # SGLang/vLLM sampling extensions, as in chat (SGLang's gateway, smg, sends them on every request)
+    top_k: int | None = Field(None, ge=-1)
+    min_p: float | None = Field(None, ge=0, le=1)
+    repetition_penalty: float | None = Field(None, gt=0, le=2)
+    priority: Literal[0] | None = None  # SGLang's priority scheduling is off: only the default 0
     truncation: Literal["disabled"] | None = None

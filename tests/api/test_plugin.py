@@ -7,7 +7,9 @@ import re
 import httpx
 import psutil
 
-PLUGIN_RE = re.compile(r'^structserve_runtime_ext_loaded\{scheduler_pid="(\d+)",version="([^"]+)"\} 1\.0$', re.M)
+PLUGIN_RE = re.compile(
+    r'^structserve_runtime_ext_loaded\{scheduler_pid="(\d+)",dp_rank="\d+",version="([^"]+)"\} 1\.0$', re.M
+)
 
 
 def test_plugin_reports_from_the_scheduler_process(qwen_server):

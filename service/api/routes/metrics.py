@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from runtime_ext.report_merge import merge_reports
 from service import metrics as m
 from service.api.deps import ServiceState, get_state
 
@@ -24,15 +25,18 @@ async def metrics(state: Annotated[ServiceState, Depends(get_state)]) -> Respons
         usage = await state.engine.kv_usage()
         m.KV_USED.set(usage.used_tokens)
         m.KV_CAPACITY.set(usage.capacity_tokens)
-        report = await state.engine.plugin_report()
-        if report and report.get("registered"):
-            _plugin_gauges(report)
+        reports = [r for r in await state.engine.plugin_reports() if r.get("registered")]
+        for report in reports:
+            m.PLUGIN.labels(
+                scheduler_pid=str(report["pid"]), dp_rank=str(report.get("dp_rank", 0)), version=report["version"]
+            ).set(1)
+        if reports:
+            _plugin_gauges(merge_reports(reports))
     return Response(generate_latest(m.REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
 
 def _plugin_gauges(report: dict) -> None:
-    """Gauges from runtime_ext's report (read in the scheduler process)."""
-    m.PLUGIN.labels(scheduler_pid=str(report["pid"]), version=report["version"]).set(1)
+    """Gauges from runtime_ext's report (read in the scheduler processes, merged over dp ranks)."""
     m.KV_METHOD.labels(method=report.get("kv_cache", "unknown")).set(1)
     m.KV_ROTATION.labels(rotation=report.get("kv_rotation", "unknown")).set(1)
     _kv_pool(report)

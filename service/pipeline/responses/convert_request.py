@@ -80,6 +80,9 @@ def _sampling(req: ResponsesRequest) -> dict[str, Any]:
         top_p=req.top_p,
         seed=req.seed,
         user=req.user,
+        top_k=req.top_k,
+        min_p=req.min_p,
+        repetition_penalty=req.repetition_penalty,
         max_completion_tokens=req.max_output_tokens,
     )
 

@@ -31,7 +31,20 @@ _REWRITES = (
 )
 _GRAMMAR = re.compile(r"^(tools\.\d+\.format)\.grammar(?=\.|$)")  # chat nests a custom tool's grammar
 _SAME = frozenset(
-    {"model", "temperature", "top_p", "seed", "user", "tools", "tool_choice", "parallel_tool_calls", "top_logprobs"}
+    {
+        "model",
+        "temperature",
+        "top_p",
+        "seed",
+        "user",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "top_logprobs",
+        "top_k",
+        "min_p",
+        "repetition_penalty",
+    }
 )
 _RENAMED = {
     "max_completion_tokens": "max_output_tokens",
