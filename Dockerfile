@@ -29,14 +29,18 @@ WORKDIR /opt/structserve
 ENV STRUCTSERVE_VENV=/opt/venv
 COPY requirements requirements
 COPY shims shims
-COPY scripts/setup.sh scripts/setup.sh
+COPY scripts/setup.sh scripts/setup_gateway.sh scripts/
 RUN STRUCTSERVE_SETUP_DEPS_ONLY=1 bash scripts/setup.sh \
     && if [ "$TARGET" = npu ]; then /opt/venv/bin/python -m pip install "$TORCH_NPU_SPEC"; fi
+# SGLang's model gateway (smg) in its own venv: the same image runs replicas and the gateway
+# (deploy/compose.yaml, scripts/container.sh gateway; docs/scale-out.md)
+RUN STRUCTSERVE_GATEWAY_VENV=/opt/gateway bash scripts/setup_gateway.sh && rm -f .venv-gateway
 
 FROM base
 ARG TARGET=cpu
 ENV STRUCTSERVE_VENV=/opt/venv
 COPY --from=deps /opt/venv /opt/venv
+COPY --from=deps /opt/gateway /opt/gateway
 WORKDIR /opt/structserve
 COPY requirements requirements
 COPY shims shims

@@ -5,6 +5,8 @@
 #   scripts/container.sh build [TAG]            build the CPU image (default localhost/structserve:cpu)
 #   scripts/container.sh run NAME PORT [ARGS]   start it detached on 127.0.0.1:PORT (ARGS: more podman
 #                                               run options, e.g. -v, -e), host network
+#   scripts/container.sh gateway NAME PORT URL... SGLang's gateway (smg, in the same image) on
+#                                               127.0.0.1:PORT in front of the replicas at URL...
 #
 # Idempotent: podman, runc, debootstrap and nginx are installed when missing (apt, root), the
 # Debian base image is made once (debootstrap + import), and podman's layer cache makes a
@@ -54,9 +56,22 @@ run() {
     -e STRUCTSERVE_PORT="$port" -e STRUCTSERVE_HOST=127.0.0.1 "$@" "${TAG:-localhost/structserve:cpu}"
 }
 
+# The flags of deploy/compose.yaml's gateway (and tests/fronts.py): cache-aware routing, readiness
+# from /ready every second, so a draining or loading replica leaves the rotation.
+gateway() {
+  local name="$1" port="$2"; shift 2
+  podman rm -f "$name" >/dev/null 2>&1 || true
+  podman "${RUN_OPTS[@]}" run -d --name "$name" --network host --entrypoint /opt/gateway/bin/smg \
+    "${TAG:-localhost/structserve:cpu}" launch --host 127.0.0.1 --port "$port" --worker-urls "$@" \
+    --policy cache_aware --health-check-endpoint /ready --health-check-interval-secs 1 \
+    --health-failure-threshold 1 --health-success-threshold 1 --worker-startup-check-interval 1 \
+    --disable-tokenizer-autoload --prometheus-host 127.0.0.1 --prometheus-port "$((port + 1))"
+}
+
 cmd="${1:-build}"; shift || true
 case "$cmd" in
   build) ensure_tools; ensure_base; build "$@" ;;
   run) run "$@" ;;
-  *) echo "usage: $0 build [TAG] | run NAME PORT [podman run options]" >&2; exit 2 ;;
+  gateway) gateway "$@" ;;
+  *) echo "usage: $0 build [TAG] | run NAME PORT [podman run options] | gateway NAME PORT URL..." >&2; exit 2 ;;
 esac

@@ -1,5 +1,6 @@
 """The CPU image, built from the Dockerfile with podman (scripts/container.sh) and run on
-loopback: /health and /ready, a chat request through the container, then two containers behind
+loopback: /health and /ready, a chat request through the container, SGLang's gateway from the
+same image in front of two containers, then the two containers behind
 nginx (deploy/nginx.conf) with requests spread across both, and a replica stopped with SIGTERM
 (exit 0) taken out of rotation while the other keeps serving."""
 
@@ -133,6 +134,27 @@ def test_one_container_serves(replicas):
     assert out.choices[0].finish_reason in ("length", "stop") and out.usage.completion_tokens >= 1
     user = sh(*PODMAN, "exec", c.name, "id", "-u").stdout.strip()
     assert user != "0", "the container runs as a non-root user"
+
+
+def test_gateway_container_routes_to_the_replicas(replicas):
+    """The podman recipe's gateway (scripts/container.sh gateway: smg from the same image)."""
+    port = free_port()
+    sh("bash", str(SCRIPT), "gateway", "structserve-test-gw", str(port), *(c.url for c in replicas))
+    try:
+        url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 60
+        while '"healthy_workers":2' not in _get(f"{url}/readiness") and time.monotonic() < deadline:
+            time.sleep(0.3)
+        out = ask(url)
+        assert out.choices[0].finish_reason in ("length", "stop") and out.usage.completion_tokens >= 1
+    finally:
+        sh(*PODMAN, "rm", "-f", "structserve-test-gw", check=False)
+
+
+def _get(url: str) -> str:
+    try:
+        return httpx.get(url, timeout=2).text
+    except httpx.HTTPError:
+        return ""
 
 
 def test_balancer_spreads_and_drops_a_stopped_replica(replicas, balancer):

@@ -8,21 +8,17 @@ finishes its in-flight request and the gateway sends the rest to the other."""
 from __future__ import annotations
 
 import json
-import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
-import httpx
 import openai
 import pytest
 
 from tests.api.test_kv_c8_aborts import scrape
-from tests.server import ServerProcess, free_port
+from tests.fronts import Gateway
+from tests.server import ServerProcess
 
-ROOT = Path(__file__).resolve().parents[2]
-SMG = ROOT / ".venv-gateway" / "bin" / "smg"
 CHAT = ("structserve_requests_total", (("route", "/v1/chat/completions"), ("status", "200")))
 pytestmark = pytest.mark.timeout(900)
 BASE_ENV = {"STRUCTSERVE_DTYPE": "float32", "STRUCTSERVE_REASONING__DEFAULT_THINKING": "false"}
@@ -32,39 +28,6 @@ DP2_ENV = {
     "STRUCTSERVE_SCHEDULING__ADMISSION": "budget",
     "STRUCTSERVE_KV_CACHE": "c8_dynamic",
 }
-
-
-class Gateway:
-    """``smg launch`` in front of the replicas: readiness probed on /ready every second."""
-
-    def __init__(self, workers: list[str], log: Path) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [str(SMG), "launch", "--host", "127.0.0.1", "--port", str(self.port), "--worker-urls", *workers]
-        cmd += ["--policy", "cache_aware", "--health-check-endpoint", "/ready", "--health-check-interval-secs", "1"]
-        cmd += ["--health-failure-threshold", "1", "--health-success-threshold", "1"]
-        cmd += ["--worker-startup-check-interval", "1", "--disable-tokenizer-autoload"]
-        cmd += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port())]
-        self._log = open(log, "wb")
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.url}/readiness", timeout=2).json().get("healthy_workers") == len(workers):
-                    return
-            except (httpx.HTTPError, ValueError):
-                pass
-            assert self.proc.poll() is None, log.read_text()[-3000:]
-            time.sleep(0.2)
-        raise TimeoutError(f"gateway not ready: {log.read_text()[-3000:]}")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self._log.close()
 
 
 @pytest.fixture(scope="module")

@@ -115,6 +115,15 @@ def test_fields_map_to_their_chat_names():
     assert "response_format" not in chat(text={"format": {"type": "text"}})
 
 
+def test_the_fields_sglangs_gateway_adds_are_taken_and_passed_on():
+    """smg adds these to every /v1/responses body (docs/scale-out.md)."""
+    out = chat(store=True, temperature=1.0, priority=0, top_k=-1, min_p=0.0, repetition_penalty=1.0)
+    assert (out["top_k"], out["min_p"], out["repetition_penalty"], out["temperature"]) == (-1, 0.0, 1.0, 1.0)
+    assert (chat(top_k=5)["top_k"], chat(min_p=0.2)["min_p"]) == (5, 0.2)
+    with pytest.raises(ValueError, match="priority"):
+        request(priority=1)  # SGLang's priority scheduling is off: only the default
+
+
 def test_top_logprobs_without_the_include_asks_for_no_logprobs():
     """As OpenAI: the logprobs come only with include message.output_text.logprobs."""
     out = chat(top_logprobs=3)
