@@ -61,7 +61,8 @@ run() {
 gateway() {
   local name="$1" port="$2"; shift 2
   podman rm -f "$name" >/dev/null 2>&1 || true
-  podman "${RUN_OPTS[@]}" run -d --name "$name" --network host --entrypoint /opt/gateway/bin/smg \
+  podman "${RUN_OPTS[@]}" run -d --name "$name" --network host --no-healthcheck \
+    --ulimit nofile=1024:1024 --ulimit nproc=4096:4096 --entrypoint /opt/gateway/bin/smg \
     "${TAG:-localhost/structserve:cpu}" launch --host 127.0.0.1 --port "$port" --worker-urls "$@" \
     --policy cache_aware --health-check-endpoint /ready --health-check-interval-secs 1 \
     --health-failure-threshold 1 --health-success-threshold 1 --worker-startup-check-interval 1 \

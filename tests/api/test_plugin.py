@@ -8,7 +8,7 @@ import httpx
 import psutil
 
 PLUGIN_RE = re.compile(
-    r'^structserve_runtime_ext_loaded\{scheduler_pid="(\d+)",dp_rank="\d+",version="([^"]+)"\} 1\.0$', re.M
+    r'^structserve_runtime_ext_loaded\{dp_rank="0",scheduler_pid="(\d+)",version="([^"]+)"\} 1\.0$', re.M
 )
 
 
