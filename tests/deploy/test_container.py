@@ -6,7 +6,6 @@ nginx (deploy/nginx.conf) with requests spread across both, and a replica stoppe
 
 from __future__ import annotations
 
-import re
 import subprocess
 import time
 from collections import Counter
@@ -16,6 +15,7 @@ import httpx
 import openai
 import pytest
 
+from tests.fronts import Nginx
 from tests.server import free_port, wait_ready
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -97,26 +97,9 @@ def replicas(image, assets):
 
 @pytest.fixture(scope="module")
 def balancer(replicas, tmp_path_factory):
-    conf, port = (ROOT / "deploy" / "nginx.conf").read_text(), free_port()
-    servers = "".join(f"        server 127.0.0.1:{c.port} max_fails=1 fail_timeout=10s;\n" for c in replicas)
-    conf = re.sub(r"(        server replica\d:8000[^\n]*\n)+", servers, conf).replace(
-        "listen 8080;", f"listen 127.0.0.1:{port};"
-    )
-    path = tmp_path_factory.mktemp("nginx") / "nginx.conf"
-    path.write_text(conf.replace("/tmp/structserve-nginx.pid", str(path.with_suffix(".pid"))))
-    proc = subprocess.Popen(["nginx", "-c", str(path), "-g", "daemon off;"], stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            httpx.get(f"{url}/health", timeout=1)
-            break
-        except httpx.HTTPError:
-            assert proc.poll() is None, proc.stderr.read()
-            time.sleep(0.2)
-    yield url
-    proc.terminate()
-    proc.wait(timeout=10)
+    nginx = Nginx([c.url for c in replicas], tmp_path_factory.mktemp("nginx"))
+    yield nginx.url
+    nginx.stop()
 
 
 def ask(base_url: str) -> openai.types.chat.ChatCompletion:
