@@ -20,8 +20,9 @@ Knobs:
 - ``admission``: ``sglang`` (SGLang's optimistic admission, with retraction) or ``budget``
   (worst-case KV pages reserved before a request runs; ``runtime_ext.admission``);
   ``reserve_ratio``: the share of ``max_new_tokens`` the budget reserves (1: the worst case).
-- ``attention``: ``structserve`` (runtime_ext's ``torch_native`` backend) or ``sglang`` (the
-  upstream one, for A/B measurements).
+- ``attention``: ``structserve`` (runtime_ext's ``torch_native`` backend, batched decode),
+  ``per_request`` (the same backend with its per-request decode loop: the reference the batched
+  decode is tested and measured against) or ``sglang`` (the upstream one, for A/B measurements).
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ from typing import Literal, TypeVar
 from runtime_ext.quant.monitor import MonitorConfig
 from runtime_ext.quant.policy import QuantPolicy
 
-AttentionImpl = Literal["structserve", "sglang"]
+AttentionImpl = Literal["structserve", "per_request", "sglang"]
+ATTENTION_IMPLS: tuple[AttentionImpl, ...] = ("structserve", "per_request", "sglang")
 KVRotation = Literal["auto", "none", "k", "kv"]
 StoredRotation = Literal["none", "k", "kv"]
 KV_ROTATIONS: tuple[KVRotation, ...] = ("auto", "none", "k", "kv")
@@ -135,7 +137,7 @@ class RuntimeExtConfig:
             quant_policy=QuantPolicy.from_json(quant) if quant else None,
             combine_blocks=int(environ.get(_COMBINE_BLOCKS, "1")),
             prefix_events=Path(events) if events else None,
-            attention="sglang" if environ.get(_ATTENTION) == "sglang" else "structserve",
+            attention=_one_of(_ATTENTION, environ.get(_ATTENTION, "structserve"), ATTENTION_IMPLS),
             quant_monitor=MonitorConfig(**json.loads(monitor)) if (monitor := environ.get(_QUANT_MONITOR)) else None,
             kv_rotation=_one_of(_KV_ROTATION, environ.get(_KV_ROTATION, DEFAULT_KV_ROTATION), KV_ROTATIONS),
             admission=_one_of(_ADMISSION, environ.get(_ADMISSION, "sglang"), ADMISSIONS),

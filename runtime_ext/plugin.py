@@ -36,6 +36,7 @@ def plugin_report() -> dict[str, Any]:
         "quant": state.quant.report(),
         "prefix_cache": state.prefix_cache.report(),
         "admission": state.admission.report(),
+        "attention": state.attention.report(),
     }
 
 
@@ -107,7 +108,7 @@ def register() -> None:
     sampling_seed.register(HookRegistry, HookType)
     min_p_seed.register(HookRegistry, HookType)  # min_p with the seeds above (else an assertion)
     kv_hooks.register(HookRegistry, HookType, state.kv_cache)  # kv_cache_dtype="c8_dynamic"
-    native.register()  # torch_native attention: new queries only, gathered KV rows
+    native.register(state.attention)  # torch_native attention: new queries only, gathered KV rows, batched decode
     quant_methods.register(HookRegistry, HookType, state.quant)  # quantization="structserve_w8a8_dynamic" etc.
     checkpoint_method.register(state.quant)  # msModelSlim-layout checkpoints (quant_model_description.json)
     prefix_backend.register(state.prefix_cache)  # radix_cache_backend="structserve_combined"

@@ -2,7 +2,8 @@
 
 ``runtime_ext.plugin`` owns the one ``PluginState`` of a process and hands each capability
 its part when it registers (the KV hooks their ``KVCacheState``, the quantization methods
-their ``QuantStats``, the prefix cache its ``PrefixStats``); the plugin report reads it back.
+their ``QuantStats``, the prefix cache its ``PrefixStats``, the attention backend its
+``AttentionStats``); the plugin report reads it back.
 No plugin module keeps mutable state of its own.
 """
 
@@ -75,6 +76,20 @@ class PrefixStats:
         return asdict(self)
 
 
+@dataclass
+class AttentionStats:
+    """Which attention backend SGLang's ``torch_native`` name builds here (``structserve``,
+    ``per_request`` or ``sglang``: ``RuntimeExtConfig.attention``) and how many decode attention
+    calls (one per layer per step) took each of runtime_ext's paths."""
+
+    impl: str = "sglang"
+    batched_decode_calls: int = 0
+    per_request_decode_calls: int = 0
+
+    def report(self) -> dict:
+        return asdict(self)
+
+
 QUEUE_TIME_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 
@@ -119,4 +134,5 @@ class PluginState:
     quant: QuantStats = field(default_factory=QuantStats)
     prefix_cache: PrefixStats = field(default_factory=PrefixStats)
     admission: AdmissionStats = field(default_factory=AdmissionStats)
+    attention: AttentionStats = field(default_factory=AttentionStats)
     registered_pids: set[int] = field(default_factory=set)

@@ -52,6 +52,13 @@ KV_ROTATION = Gauge(
     ["rotation"],
     registry=REGISTRY,
 )
+ATTENTION = Gauge(
+    "structserve_attention_decode_calls",
+    "Decode attention calls (one per layer per step) by runtime_ext's path: batched (one call for the "
+    "whole batch) or per_request (the reference loop); label impl: the backend torch_native builds",
+    ["impl", "path"],
+    registry=REGISTRY,
+)
 KV_POOL_BYTES = Gauge(
     "structserve_kv_pool_bytes", "KV pool memory as allocated (values, scales, side buffers)", registry=REGISTRY
 )

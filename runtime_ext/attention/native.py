@@ -12,6 +12,10 @@ SGLang 0.5.23's ``TorchNativeAttnBackend`` has two costs we remove here:
    C8 methods, only each request's rows are gathered and dequantized (``method.gather``).
    Rows a method stores Hadamard-rotated stay rotated: the query is rotated instead (and the
    output rotated back when V is), ``runtime_ext.kv_cache.rotation``.
+3. **Decode loops over the requests.** Here a decode step gathers (and, for C8, dequantizes)
+   the whole batch's rows once per layer and runs one attention call (``batched.py``).
+   ``RuntimeExtConfig.attention == "per_request"`` keeps the per-request loop, the reference
+   the batched path is tested against (and the A/B arm of ``bench/kv_fidelity_speed.py``).
 
 Anything else (cross-attention, encoder lengths, sliding windows, other quant methods)
 goes to the upstream code unchanged. ``RuntimeExtConfig.attention == "sglang"`` keeps the upstream
@@ -26,10 +30,17 @@ from sglang.srt.layers.radix_attention import AttentionType
 from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 from torch.nn.functional import scaled_dot_product_attention
 
+from runtime_ext.attention.batched import DecodeRows, attend
 from runtime_ext.config import RuntimeExtConfig
+from runtime_ext.state import AttentionStats
 
 
 class StructserveNativeAttnBackend(TorchNativeAttnBackend):
+    batched_decode = True  # False: the per-request reference loop (``attention: per_request``)
+    stats = AttentionStats("structserve")  # the plugin's, once registered (counts decode calls per path)
+    _decode_rows: tuple[object, list[int], DecodeRows] | None = None  # (forward batch, seq_lens, rows):
+    # built by the first layer of a forward, reused by its other layers
+
     def _plain(self, layer) -> bool:
         return (
             not layer.is_cross_attention
@@ -79,43 +90,71 @@ class StructserveNativeAttnBackend(TorchNativeAttnBackend):
                 layer, KVWriteLoc(forward_batch.out_cache_loc, self.swa_out_cache_loc), k, v
             )
 
-    def _run(self, q, layer, forward_batch, new_lens, prefix_lens) -> torch.Tensor:
-        q_ = q.reshape(-1, layer.tp_q_head_num, layer.qk_head_dim)
+    def _run(self, q, layer, attention) -> torch.Tensor:
+        """``attention(q, read) -> o[T, Hq, Dv]`` in the stored space (rotated sides: the query
+        is rotated going in, the output coming out), as ``[T, Hq · Dv]``."""
         method = self._method()
         rotation = getattr(method, "rotation", None)
+        q_ = q.reshape(-1, layer.tp_q_head_num, layer.qk_head_dim)
         if rotation is not None and rotation.keys:  # (q H)(k H)ᵀ = q kᵀ
             q_ = rotation.rotate(q_)
-        o = q_.new_empty((q_.shape[0], layer.tp_q_head_num, layer.v_head_dim))
-        read = self._reader(layer.layer_id, method)
-        req_to_token = self.req_to_token_pool.req_to_token
-        start = 0
-        for row, n, p in zip(forward_batch.req_pool_indices.tolist(), new_lens, prefix_lens):
-            locs = req_to_token[row, : p + n]
-            k, v = read(locs)
-            o[start : start + n] = self._attend(q_[start : start + n], k, v, p, layer)
-            start += n
+        o = attention(q_, self._reader(layer.layer_id, method))
         if rotation is not None and rotation.values:  # softmax(·)(v H) H = softmax(·) v
             o = rotation.rotate(o)
         return o.reshape(-1, layer.tp_q_head_num * layer.v_head_dim)
+
+    def _per_request(self, layer, forward_batch, new_lens: list[int], prefix_lens: list[int]):
+        """Each request's ``n`` new queries against its ``p + n`` rows, one request at a time."""
+
+        def attention(q, read):
+            o = q.new_empty((q.shape[0], layer.tp_q_head_num, layer.v_head_dim))
+            req_to_token = self.req_to_token_pool.req_to_token
+            start = 0
+            for row, n, p in zip(forward_batch.req_pool_indices.tolist(), new_lens, prefix_lens):
+                k, v = read(req_to_token[row, : p + n])
+                o[start : start + n] = self._attend(q[start : start + n], k, v, p, layer)
+                start += n
+            return o
+
+        return attention
+
+    def _batched_decode(self, layer, forward_batch, seq_lens: list[int]):
+        """One gather and one attention call for the whole decode batch (``batched.py``)."""
+
+        def attention(q, read):
+            cached = self._decode_rows
+            if cached is None or cached[0] is not forward_batch or cached[1] != seq_lens:
+                req_to_token = self.req_to_token_pool.req_to_token
+                rows = DecodeRows.of(req_to_token, forward_batch.req_pool_indices, seq_lens)
+                self._decode_rows = cached = (forward_batch, seq_lens, rows)
+            rows = cached[2]
+            b, length = rows.shape
+            k, v = read(rows.locs.reshape(-1))
+            k, v = k.view(b, length, *k.shape[1:]), v.view(b, length, *v.shape[1:])
+            return attend(q, k, v, rows.valid, layer.scaling)
+
+        return attention
 
     def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True):
         if not self._plain(layer) or forward_batch.encoder_lens is not None:
             return super().forward_extend(q, k, v, layer, forward_batch, save_kv_cache)
         self._store(layer, forward_batch, k, v, save_kv_cache)
-        return self._run(
-            q,
-            layer,
-            forward_batch,
-            _cpu(forward_batch.extend_seq_lens_cpu, forward_batch.extend_seq_lens),
-            _cpu(forward_batch.extend_prefix_lens_cpu, forward_batch.extend_prefix_lens),
-        )
+        new_lens = _cpu(forward_batch.extend_seq_lens_cpu, forward_batch.extend_seq_lens)
+        prefix_lens = _cpu(forward_batch.extend_prefix_lens_cpu, forward_batch.extend_prefix_lens)
+        return self._run(q, layer, self._per_request(layer, forward_batch, new_lens, prefix_lens))
 
     def forward_decode(self, q, k, v, layer, forward_batch, save_kv_cache=True):
         if not self._plain(layer) or forward_batch.encoder_lens is not None:
             return super().forward_decode(q, k, v, layer, forward_batch, save_kv_cache)
         self._store(layer, forward_batch, k, v, save_kv_cache)
         seq_lens = _cpu(forward_batch.seq_lens_cpu, forward_batch.seq_lens)
-        return self._run(q, layer, forward_batch, [1] * len(seq_lens), [s - 1 for s in seq_lens])
+        if self.batched_decode:
+            self.stats.batched_decode_calls += 1
+            return self._run(q, layer, self._batched_decode(layer, forward_batch, seq_lens))
+        self.stats.per_request_decode_calls += 1
+        return self._run(
+            q, layer, self._per_request(layer, forward_batch, [1] * len(seq_lens), [s - 1 for s in seq_lens])
+        )
 
 
 def _cpu(host, device_tensor) -> list[int]:
@@ -125,10 +164,14 @@ def _cpu(host, device_tensor) -> list[int]:
     return host.tolist() if isinstance(host, torch.Tensor) else list(host)
 
 
-def register() -> None:
-    """Make SGLang's ``torch_native`` name build this backend (unless the config's attention is sglang)."""
-    if RuntimeExtConfig.from_env().attention == "sglang":
+def register(stats: AttentionStats) -> None:
+    """Make SGLang's ``torch_native`` name build this backend (unless the config's attention is
+    sglang); ``stats`` records which and counts its decode calls."""
+    stats.impl = attention = RuntimeExtConfig.from_env().attention
+    if attention == "sglang":
         return
+    StructserveNativeAttnBackend.batched_decode = attention != "per_request"
+    StructserveNativeAttnBackend.stats = stats
     from sglang.srt.layers.attention import attention_registry
 
     attention_registry.ATTENTION_BACKENDS["torch_native"] = StructserveNativeAttnBackend

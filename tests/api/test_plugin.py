@@ -26,3 +26,28 @@ def test_plugin_reports_from_the_scheduler_process(qwen_server):
         or "scheduler" in psutil.Process(pid).name().lower()
     )
     assert 'structserve_kv_cache_method{method="unquantized"} 1.0' in text  # kv_cache: bf16 builds SGLang's own pool
+
+
+ATTENTION_RE = re.compile(r'^structserve_attention_decode_calls\{impl="(\w+)",path="(\w+)"\} (\d+)\.0$', re.M)
+TINY_QWEN_LAYERS = 2
+
+
+def test_decode_runs_batched_attention_in_the_scheduler(qwen_server):
+    """Decoded answers go through runtime_ext's batched decode (one attention call per layer per
+    step), never the per-request loop, as the scheduler's own counters report."""
+
+    def calls() -> dict[str, int]:
+        found = ATTENTION_RE.findall(httpx.get(f"{qwen_server.base_url}/metrics", timeout=30).text)
+        assert {impl for impl, _, _ in found} == {"structserve"}, found
+        return {path: int(n) for _, path, n in found}
+
+    before = calls()
+    body = {"model": qwen_server.model_name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
+    replies = [httpx.post(f"{qwen_server.base_url}/v1/chat/completions", json=body, timeout=120) for _ in range(3)]
+    assert all(r.status_code == 200 for r in replies), [r.text for r in replies]
+    decode_steps = sum(r.json()["usage"]["completion_tokens"] - 1 for r in replies)  # the 1st token is prefill's
+    assert decode_steps > 0
+    after = calls()
+    assert set(after) == {"batched", "per_request"}, after
+    assert after["batched"] - before["batched"] >= TINY_QWEN_LAYERS * decode_steps, (before, after, decode_steps)
+    assert after["per_request"] == 0, after

@@ -40,6 +40,11 @@ def _plugin_gauges(report: dict) -> None:
     m.KV_METHOD.labels(method=report.get("kv_cache", "unknown")).set(1)
     m.KV_ROTATION.labels(rotation=report.get("kv_rotation", "unknown")).set(1)
     _kv_pool(report)
+    attention = report.get("attention", {})
+    for path in ("batched", "per_request"):
+        m.ATTENTION.labels(impl=attention.get("impl", "unknown"), path=path).set(
+            attention.get(f"{path}_decode_calls", 0)
+        )
     for state in ("quantized", "kept"):
         m.QUANT_LAYERS.labels(state=state).set(report.get("quant", {}).get(state, 0))
     for path in ("int8", "copy", "standby", "standby_rows"):

@@ -1,0 +1,146 @@
+"""Batched decode attention vs the per-request loop, per KV mode and batch size (issue 19, parts 1 and 6).
+
+For each KV mode and each attention arm, an in-process ``sglang.Engine`` (SmolLM2-135M, bf16,
+torch_native through runtime_ext's backend; prefix cache off) decodes ``--new`` tokens per request
+for batches of ``--batches`` requests, each request its own ``--context``-token window of held-out
+text (so every step reads ``batch × context`` cached rows). The arms:
+
+- ``batched``: ``attention: structserve`` (one gather + one attention call per layer);
+- ``per_request``: the same backend's per-request loop (the previous decode path);
+- ``sglang``: SGLang's own ``torch_native`` backend (whole-buffer reads for C8).
+
+Each pass starts every (mode, arm) engine in turn and keeps its best of ``--rounds`` decodes per
+batch size; the table shows the best over ``--passes`` passes, the batched/per-request ratio
+and each mode's batched speed against the bf16 cache's (single runs on this 2-core machine vary
+by ±15 %, so arms alternate). A PNG of tok/s per batch size is written beside the table.
+
+    .venv/bin/python bench/decode_attention.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+from tqdm import tqdm
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from kv_fidelity import calibration  # noqa: E402
+
+
+def start(model: Path, mode: str, arm: str, calib: Path | None, dtype: str = "bfloat16"):
+    from runtime_ext.config import RuntimeExtConfig
+    from service.engine import EngineOptions, prepare_process_env
+    from service.settings import EngineSettings
+
+    prepare_process_env("cpu")
+    import sglang
+
+    attention = {"batched": "structserve"}.get(arm, arm)
+    replace(RuntimeExtConfig.from_env(), kv_calibration=calib, attention=attention).export()
+    options = EngineOptions(
+        model_path=model,
+        dtype=dtype,
+        engine=EngineSettings(max_total_tokens=40960),
+        kv_cache=mode,
+        prefix_cache="off",
+    )
+    return sglang.Engine(**options.engine_kwargs())
+
+
+def decode_speed(engine, prompts: list[list[int]], new: int) -> float:
+    params = {"max_new_tokens": new, "ignore_eos": True, "temperature": 0}
+    t0 = time.perf_counter()
+    outs = engine.generate(input_ids=prompts, sampling_params=params)
+    return sum(o["meta_info"]["completion_tokens"] for o in outs) / (time.perf_counter() - t0)
+
+
+def measure(model: Path, modes: list[str], arms: list[str], windows: list[list[int]], args) -> dict:
+    calib = calibration(model, "none") if any("static" in m for m in modes) else None
+    batches = [int(b) for b in args.batches.split(",")]
+    best: dict[tuple[str, str, int], float] = {}
+    for _ in tqdm(range(args.passes), desc="passes"):
+        for mode in modes:
+            for arm in arms:
+                engine = start(model, mode, arm, calib if "static" in mode else None)
+                try:
+                    engine.generate(input_ids=windows[:1], sampling_params={"max_new_tokens": 4})  # warm-up
+                    for b in batches:
+                        tok_s = max(decode_speed(engine, windows[:b], args.new) for _ in range(args.rounds))
+                        best[mode, arm, b] = max(best.get((mode, arm, b), 0.0), tok_s)
+                finally:
+                    engine.shutdown()
+    return best
+
+
+def report(best: dict, modes: list[str], arms: list[str], args) -> None:
+    batches = [int(b) for b in args.batches.split(",")]
+    table = Table(title=f"decode tok/s: SmolLM2-135M bf16, {args.context}-token contexts, {args.new} new tokens")
+    for col in ("KV", "batch", *arms, "batched / per_request", "batched vs bf16 batched"):
+        table.add_column(col, justify="right")
+    for mode in modes:
+        for b in batches:
+            row = [f"{best[mode, arm, b]:.1f}" for arm in arms]
+            ratio = best[mode, "batched", b] / best[mode, "per_request", b] if "per_request" in arms else float("nan")
+            vs_bf16 = best[mode, "batched", b] / best["bf16", "batched", b]
+            table.add_row(mode, str(b), *row, f"{ratio:.2f}×", f"{vs_bf16:.2f}×")
+    Console().print(table)
+    if args.png:
+        plot(best, modes, arms, batches, args.png)
+
+
+def plot(best: dict, modes: list[str], arms: list[str], batches: list[int], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(modes), figsize=(4 * len(modes), 3.5), sharey=True)
+    for ax, mode in zip(axes if len(modes) > 1 else [axes], modes):
+        for arm in arms:
+            ax.plot(batches, [best[mode, arm, b] for b in batches], marker="o", label=arm)
+        ax.set_title(mode)
+        ax.set_xlabel("batch")
+        ax.set_xscale("log", base=2)
+    axes[0].set_ylabel("decode tok/s")
+    axes[0].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"wrote {path}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--modes", default="bf16,c8_dynamic,c8_static,c8_static_residual")
+    parser.add_argument("--arms", default="batched,per_request,sglang")
+    parser.add_argument("--batches", default="1,8,32")
+    parser.add_argument("--context", type=int, default=512)
+    parser.add_argument("--new", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--passes", type=int, default=2)
+    parser.add_argument("--png", default=str(ROOT / "docs/img/decode_attention.png"))
+    args = parser.parse_args()
+    from transformers import AutoTokenizer
+
+    from assets import eval_text, fetch
+
+    model = fetch(["smollm2", "austen"]).smollm2
+    ids = AutoTokenizer.from_pretrained(str(model)).encode(eval_text(), add_special_tokens=False)
+    batches = [int(b) for b in args.batches.split(",")]
+    windows = [ids[i * args.context : (i + 1) * args.context] for i in range(max(batches))]
+    modes, arms = args.modes.split(","), args.arms.split(",")
+    report(measure(model, modes, arms, windows, args), modes, arms, args)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    main()

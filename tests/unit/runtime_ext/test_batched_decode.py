@@ -1,0 +1,137 @@
+"""Batched decode attention (``runtime_ext/attention/batched.py``) equals the per-request reference
+loop of the same backend, in float32, on a real SGLang ``MHATokenToKVPool``: mixed lengths (1 to
+150 rows), two requests that share a prefix's cache rows (a prefix-cache hit), GQA (3 query heads
+per KV head), the unquantized cache and every C8 method (rotated and not, the residual side
+buffer included)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from sglang.srt.layers.radix_attention import AttentionType
+from sglang.srt.mem_cache.memory_pool import KVWriteLoc, MHATokenToKVPool
+
+from runtime_ext.attention import batched
+from runtime_ext.attention.native import StructserveNativeAttnBackend
+from runtime_ext.config import RuntimeExtConfig
+from runtime_ext.kv_cache.calibration import Calibration
+
+HKV, G, D, LAYERS, SIZE = 2, 3, 64, 2, 1024
+LENS = [1, 150, 37, 5, 96, 120]  # request 5 shares request 4's first 80 rows (a prefix hit)
+
+
+def _method(kind: str, rotation: str, tmp_path, monkeypatch):
+    from runtime_ext.kv_cache import methods
+
+    if kind == "bf16":
+        return None
+    if kind != "c8_dynamic":
+        scale = [[[0.02] * D] * HKV] * LAYERS  # range ±2.5: the outlier rows clamp and leave residuals
+        calib = Calibration("test", LAYERS, HKV, D, scale, scale, 0.02, 0.01, 0.04, 0.2, 64, rotation=rotation)
+        calib.save(tmp_path / "kv.json")
+    env = RuntimeExtConfig(kv_calibration=tmp_path / "kv.json", kv_rotation=rotation).to_env()
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    cls = {m.name: m for m in methods.METHODS}[kind]
+    return cls(torch.float32)
+
+
+def _filled_backend(method, seed: int = 0):
+    """A backend over a pool holding LENS rows per request (random K/V with a few outlier
+    channels), and the forward batch of one decode step."""
+    gen = torch.Generator().manual_seed(seed)
+    dtype = torch.int8 if method is not None else torch.float32
+    pool = MHATokenToKVPool(SIZE, 1, dtype, HKV, D, LAYERS, "cpu", False, quant_method=method)
+    req_to_token = torch.zeros((8, 256), dtype=torch.int32)
+    free = torch.randperm(SIZE - 1, generator=gen) + 1  # location 0 is SGLang's padding slot
+    taken = 0
+    for row, n in enumerate(LENS):
+        req_to_token[row, :n] = free[taken : taken + n]
+        taken += n
+    req_to_token[5, :80] = req_to_token[4, :80]
+    for layer in _layers():
+        locs = torch.unique(req_to_token[: len(LENS)][req_to_token[: len(LENS)] > 0]).long()
+        k, v = (torch.randn(len(locs), HKV, D, generator=gen) for _ in range(2))
+        k[:, :, :2] *= 20  # keys with outlier channels, as real ones have
+        pool.set_kv_buffer(layer, KVWriteLoc(locs, None), k, v)
+    backend = StructserveNativeAttnBackend.__new__(StructserveNativeAttnBackend)
+    backend.req_to_token_pool = SimpleNamespace(req_to_token=req_to_token)
+    backend.token_to_kv_pool, backend.swa_out_cache_loc = pool, None
+    rows = torch.tensor([0, 3, 1, 4, 5, 2])  # not in row order
+    lens = torch.tensor([LENS[r] for r in rows.tolist()])
+    forward = SimpleNamespace(req_pool_indices=rows, seq_lens=lens, seq_lens_cpu=lens, encoder_lens=None)
+    return backend, forward
+
+
+def _layers():
+    return [
+        SimpleNamespace(
+            layer_id=i,
+            tp_q_head_num=HKV * G,
+            tp_k_head_num=HKV,
+            qk_head_dim=D,
+            v_head_dim=D,
+            scaling=D**-0.5,
+            is_cross_attention=False,
+            attn_type=AttentionType.DECODER,
+            sliding_window_size=-1,
+        )
+        for i in range(LAYERS)
+    ]
+
+
+def _decode(backend, forward, batched_decode: bool, q: torch.Tensor) -> list[torch.Tensor]:
+    backend.batched_decode = batched_decode
+    return [backend.forward_decode(q, None, None, layer, forward, save_kv_cache=False) for layer in _layers()]
+
+
+@pytest.mark.parametrize(
+    ("kind", "rotation"),
+    [
+        ("bf16", "none"),
+        ("c8_dynamic", "none"),
+        ("c8_dynamic", "kv"),
+        ("c8_static", "none"),
+        ("c8_static", "k"),
+        ("c8_static_residual", "none"),
+        ("c8_static_residual", "kv"),
+    ],
+)
+def test_batched_decode_equals_the_per_request_loop(kind, rotation, tmp_path, monkeypatch):
+    backend, forward = _filled_backend(_method(kind, rotation, tmp_path, monkeypatch))
+    if kind == "c8_static_residual":
+        assert backend.token_to_kv_pool.quant_method.stats()["slots_used"] > 0  # the side buffer is read
+    q = torch.randn(len(LENS), HKV * G * D, generator=torch.Generator().manual_seed(1))
+    reference, fast = _decode(backend, forward, False, q), _decode(backend, forward, True, q)
+    for want, got in zip(reference, fast):
+        assert got.shape == want.shape == (len(LENS), HKV * G * D)
+        assert torch.allclose(got, want, rtol=0, atol=1e-5), float((got - want).abs().max())
+    assert not torch.allclose(reference[0], reference[1], atol=1e-3)  # the layers hold different rows
+
+
+def test_the_rows_are_built_once_per_forward(tmp_path, monkeypatch):
+    """Every layer of a forward reuses the first layer's ``DecodeRows``; the next forward builds new ones."""
+    backend, forward = _filled_backend(None)
+    built = []
+    real = batched.DecodeRows.of
+    monkeypatch.setattr(
+        "runtime_ext.attention.native.DecodeRows.of", lambda *a: built.append(1) or real(*a), raising=True
+    )
+    q = torch.randn(len(LENS), HKV * G * D)
+    _decode(backend, forward, True, q)
+    _decode(backend, SimpleNamespace(**vars(forward)), True, q)
+    assert len(built) == 2
+
+
+def test_padding_never_reaches_the_output():
+    """A request's output is the same whatever the padding rows hold (they point at location 0)."""
+    gen = torch.Generator().manual_seed(2)
+    req_to_token = torch.tensor([[5, 6, 7, 9], [3, 8, 0, 0]], dtype=torch.int32)
+    rows = batched.DecodeRows.of(req_to_token, torch.tensor([1, 0]), [2, 4])
+    assert rows.locs.tolist() == [[3, 8, 0, 0], [5, 6, 7, 9]] and rows.valid.sum(1).tolist() == [2, 4]
+    k, v, q = torch.randn(10, HKV, D, generator=gen), torch.randn(10, HKV, D, generator=gen), torch.randn(2, HKV * G, D)
+    out = batched.attend(q, k[rows.locs], v[rows.locs], rows.valid, D**-0.5)
+    k[0], v[0] = 1e4, -1e4  # what the padding rows read
+    assert torch.equal(batched.attend(q, k[rows.locs], v[rows.locs], rows.valid, D**-0.5), out)
