@@ -43,6 +43,19 @@ def test_an_unknown_kv_rotation_is_refused_by_name():
         RuntimeExtConfig.from_env({"STRUCTSERVE_KV_ROTATION": "q"})
 
 
+def test_an_unknown_attention_is_refused_and_per_request_round_trips():
+    import pytest
+
+    from runtime_ext.config import RuntimeConfigError
+
+    with pytest.raises(
+        RuntimeConfigError, match="STRUCTSERVE_ATTENTION='batched'; valid: structserve, per_request, sglang"
+    ):
+        RuntimeExtConfig.from_env({"STRUCTSERVE_ATTENTION": "batched"})
+    per_request = RuntimeExtConfig(attention="per_request")
+    assert RuntimeExtConfig.from_env(per_request.to_env()) == per_request
+
+
 def test_auto_rotation_is_kv_for_per_token_scales_and_none_for_static_ones():
     from runtime_ext.config import resolve_rotation
 
