@@ -1,6 +1,6 @@
 """``torch_native`` attention that reads only what it needs (imports sglang and torch).
 
-SGLang 0.5.23's ``TorchNativeAttnBackend`` has two costs we remove here:
+SGLang 0.5.23's ``TorchNativeAttnBackend`` has three costs we remove here:
 
 1. **Extend recomputes the cached prefix.** For a request with ``p`` cached tokens and ``n``
    new ones it builds a ``[H, p + n, D]`` query (the first ``p`` rows uninitialised) and runs
@@ -15,7 +15,7 @@ SGLang 0.5.23's ``TorchNativeAttnBackend`` has two costs we remove here:
 3. **Decode loops over the requests.** Here a decode step gathers (and, for C8, dequantizes)
    the whole batch's rows once per layer and runs one attention call (``batched.py``).
    ``RuntimeExtConfig.attention == "per_request"`` keeps the per-request loop, the reference
-   the batched path is tested against (and the A/B arm of ``bench/kv_fidelity_speed.py``).
+   the batched path is tested against (and the A/B arm of ``bench/decode_attention.py``).
 
 Anything else (cross-attention, encoder lengths, sliding windows, other quant methods)
 goes to the upstream code unchanged. ``RuntimeExtConfig.attention == "sglang"`` keeps the upstream
