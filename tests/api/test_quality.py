@@ -7,6 +7,7 @@ import openai
 import pytest
 
 from tests.conftest import _server
+from tests.prompts import CAPITAL_MESSAGES
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +21,7 @@ def capital_of_france(server) -> str:
     client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="unused", max_retries=0)
     out = client.chat.completions.create(
         model=server.model_name,
-        messages=[{"role": "user", "content": "What is the capital of France?"}],
+        messages=CAPITAL_MESSAGES,
         temperature=0,
         max_tokens=24,
     )

@@ -204,8 +204,19 @@ def test_stream_equals_non_stream(client, qwen_server):
     assert types[-1] == f"response.{full.status}" and [e.sequence_number for e in events] == list(range(len(events)))
     final = events[-1].response  # the SDK keeps a final response only for response.completed
     assert final.output_text == full.output_text
-    assert final.output[-1].content[0].logprobs == full.output[-1].content[0].logprobs
+    same_logprobs(final.output[-1].content[0].logprobs, full.output[-1].content[0].logprobs)
     assert len(full.output[-1].content[0].logprobs) == full.usage.output_tokens - (full.status == "completed")
+
+
+def same_logprobs(got: list, want: list, tol: float = 1e-4) -> None:
+    """Same tokens, bytes and alternatives; values equal to float noise. The second request reads
+    the first one's prompt from the prefix cache (extend over a cached prefix, not a full
+    prefill), which moves float32 logprobs by about 1e-6 on some CPUs (seen in CI)."""
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        assert (a.token, a.bytes) == (b.token, b.bytes) and abs(a.logprob - b.logprob) <= tol, (a, b)
+        assert [(t.token, t.bytes) for t in a.top_logprobs] == [(t.token, t.bytes) for t in b.top_logprobs], (a, b)
+        assert all(abs(x.logprob - y.logprob) <= tol for x, y in zip(a.top_logprobs, b.top_logprobs)), (a, b)
 
 
 @pytest.mark.parametrize(

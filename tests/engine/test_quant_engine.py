@@ -22,6 +22,7 @@ import pytest
 
 from runtime_ext.config import RuntimeExtConfig
 from runtime_ext.quant.policy import QuantPolicy
+from tests.prompts import CAPITAL_MESSAGES
 
 N_TOKENS = 12
 CASES = {  # name: (scheme, policy overrides)
@@ -65,9 +66,7 @@ def prompt(assets):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(assets.smollm2))
-    text = tok.apply_chat_template(
-        [{"role": "user", "content": "What is the capital of France?"}], add_generation_prompt=True, tokenize=False
-    )
+    text = tok.apply_chat_template(CAPITAL_MESSAGES, add_generation_prompt=True, tokenize=False)
     return tok, tok.encode(text, add_special_tokens=False)
 
 

@@ -29,12 +29,13 @@ from typer.testing import CliRunner
 
 from runtime_ext.config import RuntimeExtConfig
 from runtime_ext.quant.policy import QuantPolicy, fused_module
+from tests.prompts import CAPITAL_MESSAGES
 from tests.server import ServerProcess
 from tools.cli import app
 
 N_TOKENS = 12
 HELD_OUT = 384  # tokens of Persuasion for the perplexity
-QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+QUESTION = CAPITAL_MESSAGES
 
 
 def cli(*args: str) -> str:
