@@ -111,7 +111,8 @@ class GrammarCompiler:
     Thread-safe (callers use ``asyncio.to_thread``): compiles are serialized on one
     worker; cache hits never wait for a running compile. The worker starts lazily on
     the first compile, or explicitly with ``start()``; ``timeout_s`` (a public
-    attribute) bounds each compile, not the worker start (``start_timeout_s``).
+    attribute) bounds each compile, not the worker start (``start_timeout_s``: a worker that
+    has not started by then is ``CompilerBusyError``, the machine's fault, not the request's).
     """
 
     def __init__(
@@ -286,7 +287,10 @@ class GrammarCompiler:
         self._proc, self._conn = proc, parent
         if not parent.poll(self.start_timeout_s):
             self._kill()
-            raise RuntimeError(f"grammar worker did not start within {self.start_timeout_s} s")
+            raise CompilerBusyError(
+                f"the grammar compiler's worker did not start within {self.start_timeout_s:g} s: "
+                "the server is overloaded; retry the request"
+            )
         try:
             status, detail = parent.recv()
         except (EOFError, OSError):

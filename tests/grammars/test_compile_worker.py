@@ -209,3 +209,11 @@ def test_bad_tokenizer_dir(tmp_path: Path) -> None:
     with GrammarCompiler(tmp_path, start_timeout_s=120) as gc, pytest.raises(RuntimeError) as info:
         gc.compile_ebnf('root ::= "x"')
     assert f"grammar worker cannot load {tmp_path}" in str(info.value)
+
+
+def test_a_worker_that_cannot_start_in_time_is_busy_not_a_server_error(qwen3_dir: Path) -> None:
+    """An overloaded machine (the worker not up within ``start_timeout_s``) is the 503 the
+    service gives for a busy compiler (``CompilerBusyError``), never a 500."""
+    with GrammarCompiler(qwen3_dir, start_timeout_s=0.001) as gc, pytest.raises(CompilerBusyError) as info:
+        gc.compile_ebnf('root ::= "x"')
+    assert "did not start within 0.001 s" in str(info.value) and gc.worker_pid is None
