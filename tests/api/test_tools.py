@@ -215,6 +215,9 @@ def assemble(stream):
 def test_stream_assembles_to_the_non_stream_result(request, server_name, choice):
     server = request.getfixturevalue(server_name)
     kw = dict(tool_choice=choice, max_tokens=80, seed=3, temperature=0.7)
+    # both compared requests read the prompt from the prefix cache (a full prefill and an extend
+    # over a cached prefix differ in bf16 rounding, enough to flip a seeded sample: seen here)
+    ask(server, [WEATHER, *DISTRACTORS], "Weather in Rome, and email Ann about it.", **kw)
     full = ask(server, [WEATHER, *DISTRACTORS], "Weather in Rome, and email Ann about it.", **kw).choices[0]
     content, calls, finish = assemble(
         ask(server, [WEATHER, *DISTRACTORS], "Weather in Rome, and email Ann about it.", stream=True, **kw)

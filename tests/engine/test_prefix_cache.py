@@ -100,8 +100,9 @@ def test_smollm2_subset_same_outputs_with_and_without_reuse(assets, tmp_path):
     prompts_file.write_text(
         json.dumps(shared_prefix_prompts(vocab=49152, n=11, seed=1))
     )  # 11: one multi-turn, suite time
-    runs = {mode: run(assets.smollm2, prompts_file, mode) for mode in ("off", "sglang", "combined")}
-    assert sum(runs["sglang"]["CACHED"]) > sum(runs["combined"]["CACHED"]) > 0
-    assert runs["off"]["OUTPUT_IDS"] == runs["sglang"]["OUTPUT_IDS"] == runs["combined"]["OUTPUT_IDS"]
+    # off vs combined only: SGLang's own cache against ours is the tiny model's test above (suite time)
+    runs = {mode: run(assets.smollm2, prompts_file, mode) for mode in ("off", "combined")}
+    assert sum(runs["off"]["CACHED"]) == 0 < sum(runs["combined"]["CACHED"])
+    assert runs["off"]["OUTPUT_IDS"] == runs["combined"]["OUTPUT_IDS"]
     deltas = [abs(a - b) for x, y in zip(runs["off"]["LOGPROBS"], runs["combined"]["LOGPROBS"]) for a, b in zip(x, y)]
     assert max(deltas) < 1e-3

@@ -28,7 +28,13 @@ def w8a8_ppl(model_dir, ids, keep=()):
     return perplexity(quantize_model(load_model(model_dir), QuantPolicy("w8a8_dynamic", keep=tuple(keep))), ids)
 
 
-def test_scan_writes_a_fallback_list_that_lowers_perplexity(assets, held_out, tmp_path):
+@pytest.fixture(scope="module")
+def plain_w8a8(assets, held_out) -> float:
+    """W8A8 of the unmodified SmolLM2 on the held-out text (both tests compare against it)."""
+    return w8a8_ppl(assets.smollm2, held_out)
+
+
+def test_scan_writes_a_fallback_list_that_lowers_perplexity(assets, held_out, plain_w8a8, tmp_path):
     out = tmp_path / "sensitive_layers.json"
     result = CliRunner().invoke(
         app, ["quant", "scan", "--model", str(assets.smollm2), "--tokens", "128", "--out", str(out)]
@@ -39,7 +45,7 @@ def test_scan_writes_a_fallback_list_that_lowers_perplexity(assets, held_out, tm
     assert set(data["scores"]) == linear and len(linear) == 210
     assert 0 < len(data["layers"]) < 60 and set(data["layers"]) <= linear
     assert out.with_suffix(".png").stat().st_size > 1000 and "| layer | KL |" in out.with_suffix(".md").read_text()
-    plain, fallback = w8a8_ppl(assets.smollm2, held_out), w8a8_ppl(assets.smollm2, held_out, data["layers"])
+    plain, fallback = plain_w8a8, w8a8_ppl(assets.smollm2, held_out, data["layers"])
     print(
         f"\nW8A8 held-out perplexity: {plain:.3f} without fallback, {fallback:.3f} with "
         f"{len(data['layers'])} layers kept"
@@ -47,7 +53,7 @@ def test_scan_writes_a_fallback_list_that_lowers_perplexity(assets, held_out, tm
     assert fallback < plain * 0.995
 
 
-def test_smoothquant_keeps_the_model_and_helps_w8a8(assets, held_out, tmp_path):
+def test_smoothquant_keeps_the_model_and_helps_w8a8(assets, held_out, plain_w8a8, tmp_path):
     out = tmp_path / "smoothed"
     result = CliRunner().invoke(
         app, ["quant", "calibrate", "--model", str(assets.smollm2), "--tokens", "512", "--out", str(out)]
@@ -57,6 +63,6 @@ def test_smoothquant_keeps_the_model_and_helps_w8a8(assets, held_out, tmp_path):
     base = perplexity(load_model(assets.smollm2), held_out)
     smoothed = perplexity(load_model(out), held_out)
     assert abs(smoothed / base - 1) < 0.005  # an exact transform, up to bf16 storage rounding
-    plain, smooth_q = w8a8_ppl(assets.smollm2, held_out), w8a8_ppl(out, held_out)
+    plain, smooth_q = plain_w8a8, w8a8_ppl(out, held_out)
     print(f"\nW8A8 held-out perplexity: {plain:.3f} plain, {smooth_q:.3f} SmoothQuant (float {base:.3f})")
     assert smooth_q < plain
