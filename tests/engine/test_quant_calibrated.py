@@ -25,7 +25,7 @@ from tests.prompts import CAPITAL_PREFIX
 from tests.server import ServerProcess
 from tools.cli import app
 
-CALIB_TOKENS = "512"
+CALIB_TOKENS = "256"
 WINDOW = 256
 ROUND_TRIP_TOL = 1e-4  # max |Δ logprob|, engine (torch_native attention) vs HF (sdpa), float32; seen 1.8e-5
 
