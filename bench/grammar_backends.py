@@ -30,6 +30,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -71,20 +72,25 @@ class Row:
 
 
 class XGrammar:
-    name = "xgrammar 0.2.7"
+    """xgrammar as SGLang builds it (``load_compiler``: same tokenizer info, cache off); with
+    ``policy``, behind the service's fail-closed check (``grammars.json_schema.check_schema``: a
+    keyword xgrammar would drop or loosen is refused up front), as structserve serves it."""
 
-    def __init__(self, model: Path) -> None:
+    def __init__(self, loaded: tuple[Any, Any], policy: bool = False) -> None:
         import xgrammar
 
-        from grammars.xgrammar_calls import load_compiler
-
-        self.xgr = xgrammar
-        self.tokenizer, self.compiler = load_compiler(model)  # SGLang's settings, cache off
+        self.xgr, self.policy = xgrammar, policy
+        self.tokenizer, self.compiler = loaded
+        self.name = f"xgrammar {version('xgrammar')}" + (" + structserve policy" if policy else "")
 
     def compile(self, case: Case) -> tuple[Any, list[str]]:
+        from grammars.json_schema import check_schema
         from grammars.xgrammar_calls import capture_warnings, compile_text
 
-        kind, text = case.xgrammar or ("json_schema", json.dumps(case.schema))
+        schema = case.schema
+        if self.policy and case.xgrammar is None:
+            schema = json.loads(check_schema(schema).canonical)
+        kind, text = case.xgrammar or ("json_schema", json.dumps(schema))
         compiled, warnings = capture_warnings(lambda: compile_text(self.compiler, kind, text))
         matcher = self.xgr.GrammarMatcher(compiled)
         mask = self.xgr.allocate_token_bitmask(1, compiled.tokenizer_info.vocab_size)
@@ -101,22 +107,8 @@ class XGrammar:
         return matcher.accept_token(self.tokenizer.eos_token_id)
 
 
-class XGrammarPolicy(XGrammar):
-    """xgrammar behind the service's fail-closed policy (``grammars.json_schema.check_schema``:
-    a keyword xgrammar would drop or loosen is refused up front), as structserve serves it."""
-
-    name = "xgrammar + structserve policy"
-
-    def compile(self, case: Case) -> tuple[Any, list[str]]:
-        from grammars.json_schema import check_schema
-
-        if case.xgrammar is None:
-            case = Case(case.name, json.loads(check_schema(case.schema).canonical), case.text, case.invalid)
-        return super().compile(case)
-
-
 class LLGuidance:
-    name = "llguidance 1.9.1"
+    name = f"llguidance {version('llguidance')}"
 
     def __init__(self, model: Path) -> None:
         import llguidance
@@ -286,10 +278,10 @@ def main() -> None:
     from assets import fetch
 
     model = args.model or fetch().smollm2
-    xgrammar = XGrammar(model)
-    policy = XGrammarPolicy.__new__(XGrammarPolicy)
-    policy.__dict__.update(xgrammar.__dict__)  # one tokenizer info for both
-    libraries = [xgrammar, policy, LLGuidance(model)]
+    from grammars.xgrammar_calls import load_compiler
+
+    loaded = load_compiler(model)  # one tokenizer info for both xgrammar rows
+    libraries = [XGrammar(loaded), XGrammar(loaded, policy=True), LLGuidance(model)]
     results: dict[tuple[str, str], Row] = {}
     for corpus, cases in corpora(args):
         for library in libraries:
