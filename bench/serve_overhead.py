@@ -1,9 +1,13 @@
 """Serving overhead: structserve vs SGLang's own OpenAI server, same model and engine.
 
-Starts ``python -m sglang.launch_server`` and ``structserve serve`` one after the other
-on 127.0.0.1 with identical engine settings, sends both the same streamed greedy chat
-requests (prompts cut from real text), and prints TTFT p50/p99 and output tokens/s at
-each concurrency, with ours/SGLang ratios.
+Starts, on 127.0.0.1 with identical engine settings: ``python -m sglang.launch_server``
+with runtime_ext disabled (the anchor: upstream as shipped), the same with runtime_ext
+loaded through its entry point, ``structserve serve`` (bf16 KV) and ``structserve serve``
+with the C8-D cache. Sends each the same streamed greedy chat requests (prompts cut from
+real text) and prints TTFT p50/p99 and output tokens/s per concurrency, with ratios to the
+anchor; then the same prompts through HF transformers ``generate`` (batch = concurrency,
+greedy, in this process) for the same table. The scheduler's own report says which
+columns ran runtime_ext.
 
     .venv/bin/python bench/serve_overhead.py            # SmolLM2, concurrency 1 8 32
     .venv/bin/python bench/serve_overhead.py --model DIR --concurrency 1 8 --max-tokens 32
@@ -189,11 +193,38 @@ async def run_level(base: str, model: str, texts: list[str], concurrency: int, m
         return Result(ttfts, tokens, time.perf_counter() - t0, errors)
 
 
+SERVERS = {  # name -> (command builder, extra env, readiness path)
+    # upstream as shipped: SGLANG_PLUGINS names no installed plugin, so runtime_ext is not loaded
+    "SGLang": ("sglang", {"SGLANG_PLUGINS": "none"}, "/health_generate"),
+    # SGLang's own server with runtime_ext loaded through its entry point (our attention backend)
+    "SGLang+plugin": ("sglang", {}, "/health_generate"),
+    "structserve": ("ours", {}, "/ready"),
+    "structserve C8-D": ("ours", {"STRUCTSERVE_KV_CACHE": "c8_dynamic"}, "/ready"),
+}
+ANCHOR = "SGLang"
+
+
 def launch(name: str, model: Path, port: int) -> subprocess.Popen:
+    kind, env, ready = SERVERS[name]
+    cmd = sglang_cmd(model, port) if kind == "sglang" else ours_cmd(model, port)
+    env = env if kind == "sglang" else {**ours_env(), **env}
+    log = Path(f"/tmp/bench-{name.replace(' ', '_').replace('+', '_')}.log")
+    return start(cmd, env, f"http://127.0.0.1:{port}{ready}", log)
+
+
+def plugin_state(name: str, port: int) -> str:
+    """What the scheduler itself reports about runtime_ext (SGLang's ``/server_info``
+    internal state; structserve's ``/metrics``): proves which column ran our code."""
     base = f"http://127.0.0.1:{port}"
-    if name == "sglang":
-        return start(sglang_cmd(model, port), {}, f"{base}/health_generate", Path("/tmp/bench-sglang.log"))
-    return start(ours_cmd(model, port), ours_env(), f"{base}/ready", Path("/tmp/bench-structserve.log"))
+    if SERVERS[name][0] == "ours":
+        lines = httpx.get(f"{base}/metrics", timeout=30).text.splitlines()
+        calls = [ln for ln in lines if ln.startswith("structserve_attention_decode_calls")]
+        return "; ".join(ln.split("{", 1)[1] for ln in calls) or "no decode counters"
+    states = httpx.get(f"{base}/server_info", timeout=30).json().get("internal_states") or [{}]
+    report = states[0].get("structserve_runtime_ext")
+    if report is None:
+        return "runtime_ext not loaded"
+    return f"runtime_ext loaded, decode calls {report['attention']}"
 
 
 def signal_tree(proc: subprocess.Popen, sig: signal.Signals) -> None:
@@ -205,30 +236,39 @@ def signal_tree(proc: subprocess.Popen, sig: signal.Signals) -> None:
         p.send_signal(sig)
 
 
-def measure(model: Path, args: argparse.Namespace, texts_for: dict[int, list[str]]) -> dict[str, dict[int, Result]]:
-    """Both servers up at once, the one not measured frozen with SIGSTOP (an idle SGLang
-    scheduler still spins its OpenMP threads); each concurrency level runs ``rounds``
-    times per server, alternating A B / B A so machine drift hits both alike."""
-    ports = {"sglang": free_port(), "structserve": free_port()}
+def round_order(names: list[str], rnd: int) -> list[str]:
+    """Round ``rnd``'s order: rotated by the round, reversed every other round, so machine
+    drift hits every server alike."""
+    k = rnd % len(names)
+    order = names[k:] + names[:k]
+    return order[::-1] if rnd % 2 else order
+
+
+def measure(model: Path, args: argparse.Namespace, texts_for: dict[int, list[str]]) -> tuple[dict, dict[str, str]]:
+    """All servers up at once, the ones not measured frozen with SIGSTOP (an idle SGLang
+    scheduler still spins its OpenMP threads); each level runs ``rounds`` times per server."""
+    ports = {name: free_port() for name in args.servers}
     procs = {name: launch(name, model, port) for name, port in ports.items()}
     runs: dict[str, dict[int, list[Result]]] = {n: {c: [] for c in args.concurrency} for n in ports}
     try:
         for c in args.concurrency:
             for rnd in range(args.rounds):
-                order = list(ports) if rnd % 2 == 0 else list(ports)[::-1]
-                for name in order:
-                    base = f"http://127.0.0.1:{ports[name]}"
-                    other = procs["sglang" if name == "structserve" else "structserve"]
-                    signal_tree(other, signal.SIGSTOP)
+                for name in round_order(list(ports), rnd):
+                    others = [p for n, p in procs.items() if n != name]
+                    for proc in others:
+                        signal_tree(proc, signal.SIGSTOP)
                     try:
+                        base = f"http://127.0.0.1:{ports[name]}"
                         result = asyncio.run(run_level(base, model.name, texts_for[c], c, args.max_tokens))
                     finally:
-                        signal_tree(other, signal.SIGCONT)
+                        for proc in others:
+                            signal_tree(proc, signal.SIGCONT)
                     runs[name][c].append(result)
+        states = {name: plugin_state(name, port) for name, port in ports.items()}
     finally:
         for proc in procs.values():
             stop(proc)
-    return {n: {c: pooled(rs) for c, rs in levels.items()} for n, levels in runs.items()}
+    return {n: {c: pooled(rs) for c, rs in levels.items()} for n, levels in runs.items()}, states
 
 
 def pooled(results: list[Result]) -> Result:
@@ -244,33 +284,26 @@ def pooled(results: list[Result]) -> Result:
 def table(results: dict[str, dict[int, Result]], args: argparse.Namespace) -> Table:
     t = Table(
         title=f"serve overhead: {args.model.name}, {args.max_tokens} max tokens, greedy, streamed, "
-        f"{args.rounds} rounds pooled"
+        f"{args.rounds} rounds pooled; ratios vs {ANCHOR} (upstream, plugin off)"
     )
-    for col in (
-        "conc",
-        "reqs",
-        "SGLang TTFT p50/p99 ms",
-        "ours TTFT p50/p99 ms",
-        "TTFT p50 ratio",
-        "SGLang tok/s",
-        "ours tok/s",
-        "tok/s ratio",
-        "errors",
-    ):
+    for col in ("conc", "server", "reqs", "TTFT p50/p99 ms", "TTFT p50 ratio", "tok/s", "tok/s ratio", "errors"):
         t.add_column(col, justify="right")
     for c in args.concurrency:
-        s, o = results["sglang"][c], results["structserve"][c]
-        t.add_row(
-            str(c),
-            str(len(o.ttfts)),
-            f"{s.pct(0.5):.0f} / {s.pct(0.99):.0f}",
-            f"{o.pct(0.5):.0f} / {o.pct(0.99):.0f}",
-            f"{o.pct(0.5) / s.pct(0.5):.3f}",
-            f"{s.tok_s:.1f}",
-            f"{o.tok_s:.1f}",
-            f"{o.tok_s / s.tok_s:.3f}",
-            f"{s.errors}/{o.errors}",
-        )
+        anchor = results.get(ANCHOR, {}).get(c)
+        for name, levels in results.items():
+            r = levels[c]
+            ttft = f"{r.pct(0.5):.0f} / {r.pct(0.99):.0f}" if r.ttfts else "-"
+            t.add_row(
+                str(c),
+                name,
+                str(len(r.ttfts)),
+                ttft,
+                f"{r.pct(0.5) / anchor.pct(0.5):.3f}" if anchor and r.ttfts else "",
+                f"{r.tok_s:.1f}",
+                f"{r.tok_s / anchor.tok_s:.3f}" if anchor else "",
+                str(r.errors),
+            )
+        t.add_section()
     return t
 
 
@@ -283,13 +316,22 @@ def main() -> None:
     parser.add_argument("--requests-per-level", type=int, default=0, help="default: max(8, 2 x concurrency)")
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--rounds", type=int, default=3, help="runs per level and server, order alternating")
+    parser.add_argument("--servers", nargs="+", default=list(SERVERS), choices=list(SERVERS))
+    parser.add_argument("--no-hf", action="store_true", help="skip the HF transformers generate rows")
     args = parser.parse_args()
     args.model = args.model or model_dir("smollm2")
     n_max = max(max(8, 2 * c) for c in args.concurrency)
     texts = prompts(max(n_max, args.requests_per_level) + 2)
     texts_for = {c: texts[: (args.requests_per_level or max(8, 2 * c))] for c in args.concurrency}
-    results = measure(args.model, args, texts_for)
-    Console(width=160).print(table(results, args))
+    results, states = measure(args.model, args, texts_for)
+    if not args.no_hf:
+        from bench.hf_generate import hf_level
+
+        results["HF generate"] = {c: hf_level(args.model, texts_for[c], c, args.max_tokens) for c in args.concurrency}
+    console = Console(width=160)
+    console.print(table(results, args))
+    for name, state in states.items():
+        console.print(f"{name}: {state}")
 
 
 if __name__ == "__main__":
