@@ -37,7 +37,7 @@ from tqdm import tqdm
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.serve_overhead import sglang_cmd, start, stop  # noqa: E402
+from bench.servers import sglang_cmd, start, stop  # noqa: E402
 from tests.server import free_port  # noqa: E402
 
 ENGINE = {"max_total_tokens": 8192, "page_size": 16, "max_running_requests": 4, "dtype": "bfloat16"}
