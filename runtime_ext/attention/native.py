@@ -32,6 +32,7 @@ from torch.nn.functional import scaled_dot_product_attention
 
 from runtime_ext.attention.batched import DecodeRows, attend
 from runtime_ext.config import RuntimeExtConfig
+from runtime_ext.ops.kv_ref import take_rows
 from runtime_ext.state import AttentionStats
 
 
@@ -64,7 +65,7 @@ class StructserveNativeAttnBackend(TorchNativeAttnBackend):
             ks, vs = pool.k_scale_buffer[local], pool.v_scale_buffer[local]
             return lambda locs: (method.gather(k, ks, locs), method.gather(v, vs, locs))
         k_all, v_all = pool.get_key_buffer(layer_id), pool.get_value_buffer(layer_id)
-        return lambda locs: (k_all[locs], v_all[locs])
+        return lambda locs: (take_rows(k_all, locs), take_rows(v_all, locs))
 
     def _attend(self, q, k, v, prefix: int, layer) -> torch.Tensor:
         """q ``[n, Hq, D]`` against k/v ``[prefix + n, Hkv, D]`` -> ``[n, Hq, Dv]``."""

@@ -32,6 +32,7 @@ from runtime_ext.kv_cache import sizing
 from runtime_ext.kv_cache.residual import ResidualSlots
 from runtime_ext.kv_cache.rotation import Rotation
 from runtime_ext.ops import get_op
+from runtime_ext.ops.kv_ref import take_rows
 
 
 class C8DynamicKVCacheMethod(KVCacheQuantMethodBase):
@@ -99,7 +100,7 @@ class C8DynamicKVCacheMethod(KVCacheQuantMethodBase):
         """Rows ``locs`` (None: all) dequantized, in the stored (possibly rotated) space."""
         if locs is None:
             return get_op(self.DEQUANTIZE, buffer.device.type)(buffer, scales, dtype)
-        return get_op(self.DEQUANTIZE, buffer.device.type)(buffer[locs], scales[locs], dtype)
+        return get_op(self.DEQUANTIZE, buffer.device.type)(take_rows(buffer, locs), take_rows(scales, locs), dtype)
 
     def _back(self, rows, is_key: bool):
         return self.rotation.rotate(rows) if self.rotation.side(is_key) else rows
@@ -160,7 +161,7 @@ class C8StaticKVCacheMethod(C8DynamicKVCacheMethod):
         buf[loc] = get_op(self.QUANTIZE, buf.device.type)(x, scale)
 
     def _rows(self, buffer, scales, locs, dtype):
-        rows = buffer if locs is None else buffer[locs]
+        rows = buffer if locs is None else take_rows(buffer, locs)
         return get_op(self.DEQUANTIZE, buffer.device.type)(rows, scales, dtype)
 
 
@@ -179,7 +180,7 @@ class C8StaticResidualKVCacheMethod(C8StaticKVCacheMethod):
         super()._store(buf, scale, loc, x)
         locs = torch.as_tensor(loc, device=buf.device).reshape(-1)
         # what attention will read (model dtype): the residual corrects exactly that
-        deq8 = get_op(self.DEQUANTIZE, buf.device.type)(buf[locs], scale, self.dtype)
+        deq8 = get_op(self.DEQUANTIZE, buf.device.type)(take_rows(buf, locs), scale, self.dtype)
         self.sides[buf.data_ptr()].store(locs, x, deq8)
 
     def _rows(self, buffer, scales, locs, dtype):

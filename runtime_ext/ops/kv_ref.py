@@ -65,8 +65,24 @@ def quantize_per_token(x: torch.Tensor, scale_dtype: torch.dtype = torch.float32
     return q, scale.to(scale_dtype)
 
 
+def take_rows(buffer: torch.Tensor, locs: torch.Tensor) -> torch.Tensor:
+    """``buffer[locs]`` (rows of a ``[size, ...]`` pool buffer at an index tensor of any shape)
+    through ``index_select``: the same result, 4× (bf16) to 10× (int8) faster than advanced
+    indexing for a batch-32 decode read on this CPU (``bench/kv_dequant.py``)."""
+    flat = locs.reshape(-1)
+    if flat.dtype not in (torch.int32, torch.int64):
+        flat = flat.long()
+    return buffer.index_select(0, flat).view(*locs.shape, *buffer.shape[1:])
+
+
+def _widened(q: torch.Tensor) -> torch.Tensor:
+    """``q`` as a new float32 tensor, which the callers scale in place (``mul_``): one fewer
+    full-size temporary than ``q.float() * scale`` (``bench/kv_dequant.py``)."""
+    return q.to(torch.float32, copy=True)
+
+
 def dequantize_per_token(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    return (q.float() * scale.float().unsqueeze(-1)).to(dtype)
+    return _widened(q).mul_(scale.float().unsqueeze(-1)).to(dtype)
 
 
 def quantize_static(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -76,7 +92,7 @@ def quantize_static(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
 
 
 def dequantize_static(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    return (q.float() * scale).to(dtype)
+    return _widened(q).mul_(scale).to(dtype)
 
 
 def relative_error(x: torch.Tensor, approx: torch.Tensor) -> torch.Tensor:
@@ -113,4 +129,4 @@ def quantize_residual(r: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def dequantize_residual(packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    return unpack_int4(packed).float() * scale.unsqueeze(-1)
+    return _widened(unpack_int4(packed)).mul_(scale.unsqueeze(-1))
