@@ -73,10 +73,9 @@ def _batch(tok: Any, model: Any, prompts: list[str], max_tokens: int) -> tuple[f
     return (first.at or time.perf_counter()) - t0, tokens
 
 
-def hf_level(model_dir: Path, prompts: list[str], concurrency: int, max_tokens: int) -> Any:
-    """All ``prompts`` in batches of ``concurrency``, after one untimed warm-up batch."""
-    from bench.serve_overhead import Result
-
+def hf_level(model_dir: Path, prompts: list[str], concurrency: int, max_tokens: int) -> tuple[list[float], int, float]:
+    """All ``prompts`` in batches of ``concurrency``, after one untimed warm-up batch:
+    (TTFT per request, generated tokens, wall seconds)."""
     tok, model = _load(model_dir)
     _batch(tok, model, prompts[:concurrency], max_tokens)
     ttfts, tokens = [], 0
@@ -86,4 +85,4 @@ def hf_level(model_dir: Path, prompts: list[str], concurrency: int, max_tokens: 
         ttft, n = _batch(tok, model, chunk, max_tokens)
         ttfts += [ttft] * len(chunk)
         tokens += n
-    return Result(ttfts, tokens, time.perf_counter() - t0, 0)
+    return ttfts, tokens, time.perf_counter() - t0

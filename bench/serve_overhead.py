@@ -205,7 +205,8 @@ def main() -> None:
     if not args.no_hf:
         from bench.hf_generate import hf_level
 
-        results["HF generate"] = {c: hf_level(args.model, texts_for[c], c, args.max_tokens) for c in args.concurrency}
+        hf = {c: hf_level(args.model, texts_for[c], c, args.max_tokens) for c in args.concurrency}
+        results["HF generate"] = {c: Result(*run, errors=0) for c, run in hf.items()}
     console = Console(width=160)
     console.print(table(results, args))
     for name, state in states.items():
