@@ -1,6 +1,9 @@
 """Linear-layer quantization math: the torch reference path (runs on any device).
 
-Weights ``w[N, K]`` (out, in); activations ``x[M, K]``. Symmetric, zero-point 0.
+Weights ``w[N, K]`` (out, in); activations ``x[M, K]``. Quantized here: symmetric, zero-point 0.
+Weight-only layers calibrated elsewhere (asymmetric GPTQ, ``tools/quant/gptq.py``) may carry an
+``offset[N, ceil(K/group)]`` per group: the weight is ``(q + offset) · scale``, the form of
+torch_npu's ``antiquant_offset``.
 
 - **Per-channel INT8 weights** (W8A8): ``scale[N] = absmax(w[n, :]) / 127``.
 - **Group-wise weights** (W8A16 / W4A16): groups of ``group`` input channels,
@@ -53,11 +56,19 @@ def quantize_weight_groupwise(w: torch.Tensor, bits: int, group: int) -> tuple[t
 
 
 def dequantize_weight_groupwise(
-    q: torch.Tensor, scale: torch.Tensor, bits: int, group: int, dtype: torch.dtype
+    q: torch.Tensor,
+    scale: torch.Tensor,
+    bits: int,
+    group: int,
+    dtype: torch.dtype,
+    offset: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    values = unpack_int4(q) if bits == 4 else q
+    """``(q + offset) · scale`` per group (offset ``None``: 0)."""
+    values = (unpack_int4(q) if bits == 4 else q).float()
     k = values.shape[1]
-    return (values.float() * scale.float().repeat_interleave(group, dim=1)[:, :k]).to(dtype)
+    if offset is not None:
+        values += offset.float().repeat_interleave(group, dim=1)[:, :k]
+    return (values * scale.float().repeat_interleave(group, dim=1)[:, :k]).to(dtype)
 
 
 def dequantize_weight_per_channel(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -88,12 +99,27 @@ def w8a8_matmul(
     return y.to(x.dtype)
 
 
-def prepare_weight_only(q: torch.Tensor, scale: torch.Tensor, bits: int, group: int) -> dict:
-    """At load: what ``weight_only_matmul`` reads (here: the stored tensors as they are)."""
-    return {"q": q, "scale": scale, "bits": bits, "group": group}
+def prepare_weight_only(
+    q: torch.Tensor, scale: torch.Tensor, bits: int, group: int, offset: torch.Tensor | None = None
+) -> dict:
+    """At load: what ``weight_only_matmul`` reads (here: the stored tensors as they are; an
+    all-zero offset is dropped, an integral one kept as int8: 1 byte per group)."""
+    return {"q": q, "scale": scale, "bits": bits, "group": group, "offset": compact_offset(offset)}
+
+
+def compact_offset(offset: torch.Tensor | None) -> torch.Tensor | None:
+    """``None`` for no or an all-zero offset; int8 when every value is an integer in int8's
+    range (the zero points of a calibration), float32 otherwise."""
+    if offset is None or not bool(offset.any()):
+        return None
+    if not bool(torch.isfinite(offset).all()):
+        raise ValueError("the weight offset holds NaN or inf")
+    integral = bool((offset == offset.round()).all()) and bool((offset.abs() <= 127).all())
+    return offset.to(torch.int8) if integral else offset.float()
 
 
 def weight_only_matmul(x: torch.Tensor, prepared: dict, bias: torch.Tensor | None = None) -> torch.Tensor:
     """W8A16 / W4A16: dequantize the weight to x's dtype, then a float matmul."""
-    w = dequantize_weight_groupwise(prepared["q"], prepared["scale"], prepared["bits"], prepared["group"], x.dtype)
+    p = prepared
+    w = dequantize_weight_groupwise(p["q"], p["scale"], p["bits"], p["group"], x.dtype, p.get("offset"))
     return torch.nn.functional.linear(x, w, bias)

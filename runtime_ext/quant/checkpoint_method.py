@@ -3,8 +3,9 @@
 ``structserve_modelslim`` reads ``quant_model_description.json`` (SGLang finds the file and
 passes it to ``from_config``). Each linear module gets the scheme of its description entry
 (the parts of a fused module must agree): its int8 weight and float32 scale/offset are
-loaded as they are, then prepared exactly like online quantization (``process_weights_after_loading``
-of ``StructserveLinearMethod``; the stage-aware decode copy in the model's dtype), so export -> load
+loaded as they are (a non-zero offset: asymmetric weight-only, ``modelslim.OFFSET_SIGN``), then
+prepared exactly like online quantization (``process_weights_after_loading`` of
+``StructserveLinearMethod``; the stage-aware decode copy in the model's dtype), so export -> load
 equals quantizing at load. ``FLOAT`` layers load in high precision. Who serves a modelslim checkpoint
 is ``targets.serving_method``: ours off-NPU (SGLang's own modelslim method needs NPU ops) and on an
 NPU wherever SGLang has no scheme for a described type (W8A16, W4A16) or stage-aware decode is asked
@@ -64,9 +65,11 @@ class CheckpointLinearMethod(StructserveLinearMethod):
         prefix = self.prefix
         if bool(torch.isnan(layer.weight_scale).any() or torch.isnan(layer.weight_offset).any()):
             raise modelslim.CheckpointError(f"layer {prefix}: weight_scale/weight_offset missing from the checkpoint")
-        if bool((layer.weight_offset != 0).any()):
+        asymmetric = bool((layer.weight_offset != 0).any())
+        if asymmetric and self.policy.scheme == "w8a8_dynamic":
             raise modelslim.CheckpointError(
-                f"layer {prefix}: asymmetric weights (non-zero weight_offset) are not supported"
+                f"layer {prefix}: W8A8_DYNAMIC weights must be symmetric (weight_offset 0); "
+                "asymmetric weights are supported for W8A16 and W4A16"
             )
         q, scale, device = layer.weight.data, layer.weight_scale.data, layer.weight.device.type
         before = q.shape[0] * q.shape[1] * 2  # the same weights in bf16
@@ -76,8 +79,9 @@ class CheckpointLinearMethod(StructserveLinearMethod):
                 layer.decode_weight = quant_ref.dequantize_weight_per_channel(q, scale[:, 0], layer.compute_dtype)
         else:
             stored = pack_int4(q) if self.policy.bits == 4 else q
+            offset = modelslim.OFFSET_SIGN * layer.weight_offset.data if asymmetric else None
             layer.prepared = get_op("weight_only_prepare", device)(
-                stored, scale, self.policy.bits, self.policy.group_size
+                stored, scale, self.policy.bits, self.policy.group_size, offset
             )
         del layer.weight, layer.weight_scale, layer.weight_offset
         self.stats.quantized += 1

@@ -13,7 +13,12 @@ Per quantized linear layer ``L`` (N = out, K = in):
 | W8A16 | int8 [N, K] | float32 [N, ceil(K/G)] (offset 0) |
 | W4A16 | int8 [N, K], values in [-8, 7] (unpacked: no ``version`` key) | float32 [N, ceil(K/G)] |
 
-Activations of W8A8_DYNAMIC are quantized per token at run time (no input tensors).
+Activations of W8A8_DYNAMIC are quantized per token at run time (no input tensors). Weight-only
+layers may be asymmetric (GPTQ ``--asym``): a non-zero ``weight_offset`` per group, integral, and the
+float weight is ``(q − weight_offset) · weight_scale``; the values then use the whole signed range
+([-8, 7] / [-128, 127]). Our kernels and torch_npu's antiquant add their offset, ``(q + offset) ·
+scale``, so ``offset = OFFSET_SIGN · weight_offset`` at the boundary (``tools/quant/export.py``
+writes, ``runtime_ext/quant/checkpoint_method.py`` and ``tools/quant/gptq.py`` read).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ TYPES = {"w8a8_dynamic": "W8A8_DYNAMIC", "w8a16": "W8A16", "w4a16": "W4A16"}
 SCHEMES = {v: k for k, v in TYPES.items()}
 FLOAT = "FLOAT"
 SIDE_TENSORS = ("weight_scale", "weight_offset")
+OFFSET_SIGN = -1  # the offset our kernels add = OFFSET_SIGN × the stored weight_offset (see above)
 
 
 class CheckpointError(ValueError):

@@ -1,5 +1,6 @@
 """AWQ and GPTQ W4A16 g128 exports of SmolLM2 (`structserve quant calibrate --method awq|gptq`,
-few calibration tokens here) served by the real SGLang engine:
+GPTQ symmetric and asymmetric (``--asym``: a zero point per group, served through the stored
+``weight_offset``), few calibration tokens here) served by the real SGLang engine:
 
 - held-out perplexity (a Persuasion window, prompt logprobs) below round-to-nearest's;
 - the served logprobs equal the offline evaluation of the same stored weights
@@ -42,7 +43,8 @@ def exports(assets, tmp_path_factory) -> dict[str, Path]:
     cli("quant", "export", "--scheme", "w4a16", "--model", root / "awq", "--out", root / "awq-w4a16")
     gptq = ("quant", "calibrate", "--method", "gptq", "--act-order", "--tokens", CALIB_TOKENS)
     cli(*gptq, "--model", base, "--out", root / "gptq-w4a16")
-    return {"awq": root / "awq-w4a16", "gptq": root / "gptq-w4a16"}
+    cli(*gptq, "--asym", "--model", base, "--out", root / "gptq-asym-w4a16")
+    return {"awq": root / "awq-w4a16", "gptq": root / "gptq-w4a16", "gptq-asym": root / "gptq-asym-w4a16"}
 
 
 @pytest.fixture(scope="module")

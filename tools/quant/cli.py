@@ -35,6 +35,7 @@ def calibrate_cmd(
     group_size: Annotated[int, typer.Option(help="AWQ/GPTQ group size")] = 128,
     act_order: Annotated[bool, typer.Option(help="GPTQ: columns by decreasing Hessian diagonal")] = False,
     clip: Annotated[bool, typer.Option(help="AWQ/GPTQ: search a clipping range (scale) per group")] = True,
+    asym: Annotated[bool, typer.Option(help="GPTQ: a zero point per group (all 2^b levels)")] = False,
     sensitive_layers: Annotated[Optional[Path], typer.Option(help="GPTQ: keep these layers in bf16")] = None,
 ) -> None:
     """SmoothQuant (α search on W8A8 calibration perplexity; writes the smoothed checkpoint), AWQ
@@ -49,8 +50,10 @@ def calibrate_cmd(
 
         keep = tuple(load_sensitive_layers(sensitive_layers)) if sensitive_layers else ()
         policy = QuantPolicy(scheme, group_size, keep=keep)  # type: ignore[arg-type]  # keep: closed over fused modules
+        if asym and method == "awq":
+            raise typer.BadParameter("AWQ writes a float checkpoint, quantized symmetric at load", param_hint="--asym")
         run = _awq if method == "awq" else _gptq
-        run(model_dir, source, out, policy, tokens or 4096, act_order=act_order, clip=clip)
+        run(model_dir, source, out, policy, tokens or 4096, act_order=act_order, clip=clip, asym=asym)
     else:
         raise typer.BadParameter(f"unknown method {method!r}; valid: smoothquant, awq, gptq", param_hint="--method")
 
@@ -91,7 +94,9 @@ def _awq(model_dir: Path, source: str, out: Path, policy, tokens: int, *, clip: 
     )
 
 
-def _gptq(model_dir: Path, source: str, out: Path, policy, tokens: int, *, act_order: bool, clip: bool) -> None:
+def _gptq(
+    model_dir: Path, source: str, out: Path, policy, tokens: int, *, act_order: bool, clip: bool, asym: bool
+) -> None:
     import time
 
     from tqdm import tqdm
@@ -101,11 +106,12 @@ def _gptq(model_dir: Path, source: str, out: Path, policy, tokens: int, *, act_o
 
     start = time.perf_counter()
     progress = lambda it: tqdm(it, desc="GPTQ", unit="layer")  # noqa: E731
-    options = Options(act_order=act_order, mse=clip)
+    options = Options(act_order=act_order, mse=clip, asym=asym)
     quantized = calibrate(model_dir, source, policy, tokens=tokens, options=options, progress=progress)
     result = export(model_dir, out, policy, precomputed=quantized)
     typer.echo(
-        f"GPTQ ({policy.scheme} g{policy.group_size}, {tokens} tokens, act-order {act_order}, clip {clip}): "
+        f"GPTQ ({policy.scheme} g{policy.group_size}, {tokens} tokens, act-order {act_order}, clip {clip}, "
+        f"asym {asym}): "
         f"{result['quantized']} layers quantized, {result['kept']} kept, {time.perf_counter() - start:.0f} s -> {out}"
     )
 

@@ -43,14 +43,16 @@ def quantized_tensors(
     policy: QuantPolicy,
     form: Layout | None = None,
     params_dtype: torch.dtype = torch.bfloat16,
-    given: tuple[torch.Tensor, torch.Tensor] | None = None,
+    given: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
 ) -> dict[str, torch.Tensor]:
     """One layer's int8 weight and scale/offset in ``form`` (default: our layout of ``policy.scheme``):
-    RTN of ``weight``, or ``given`` (int8 values ``[N, K]``, scales) from a calibration such as GPTQ
-    (``tools/quant/gptq.py``), written as they are."""
+    RTN of ``weight`` (offset 0), or ``given`` (int8 values ``[N, K]``, scales, offsets: the weight is
+    ``(q + offset) · scale``) from a calibration such as GPTQ (``tools/quant/gptq.py``), written as
+    they are, the offset with msModelSlim's sign (``modelslim.OFFSET_SIGN``)."""
     form = form or layout("structserve", policy.scheme)
+    offset = None
     if given is not None:
-        q, scale = given
+        q, scale, offset = given
     elif form.per_channel:
         q, scale = quant_ref.quantize_weight_per_channel(weight)
         scale = scale.unsqueeze(1)
@@ -61,7 +63,9 @@ def quantized_tensors(
     return {
         f"{layer}.weight": q.contiguous(),
         f"{layer}.weight_scale": scale.to(dtype).contiguous(),
-        f"{layer}.weight_offset": torch.zeros_like(scale, dtype=dtype),
+        f"{layer}.weight_offset": (
+            torch.zeros_like(scale, dtype=dtype) if offset is None else (modelslim.OFFSET_SIGN * offset).to(dtype)
+        ).contiguous(),
     }
 
 
@@ -81,10 +85,10 @@ def export(
     policy: QuantPolicy,
     progress: Callable[[Iterable[Any]], Iterable[Any]] = lambda it: it,
     target: str = "structserve",
-    precomputed: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None,
+    precomputed: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None = None,
 ) -> dict:
-    """``precomputed``: layer -> (int8 values ``[N, K]``, float32 scales) already quantized
-    (GPTQ); it must cover every layer the policy quantizes."""
+    """``precomputed``: layer -> (int8 values ``[N, K]``, float32 scales, float32 offsets) already
+    quantized (GPTQ's ``Quantized``); it must cover every layer the policy quantizes."""
     from safetensors.torch import save_file
 
     form = layout(target, policy.scheme)  # TargetError before anything is read or written

@@ -18,9 +18,13 @@ Per linear layer ``W[N, K]`` with calibration inputs ``X[K, T]`` the method mini
    because our layout (``runtime_ext/quant/modelslim.py``) has no ``g_idx``: group g is
    always columns ``[gG, (g+1)G)``.
 
-Symmetric like ``runtime_ext.ops.quant_ref``: ``scale = absmax / qmax`` (qmax 7 or 127),
-values clamped to [-8, 7] (INT4) or [-127, 127]. The result is stored values + scales,
-written by ``tools.quant.export.export(precomputed=...)``: never a float copy.
+Symmetric by default, like ``runtime_ext.ops.quant_ref``: ``scale = absmax / qmax`` (qmax 7 or
+127), values clamped to [-8, 7] (INT4) or [-127, 127]. Asymmetric (``asym``, the reference's
+``sym=False``): a zero point per group, all 2^b levels, ``[min, max]`` of the group mapped onto
+them; the values are stored signed ([-8, 7] / [-128, 127]) with ``offset = 2^(b−1) − zero``, so
+every weight is ``(q + offset) · scale`` (the form torch_npu's antiquant takes). The result is
+stored values + scales + offsets, written by ``tools.quant.export.export(precomputed=...)``:
+never a float copy.
 
 ``calibrate`` processes decoder layers in order; each layer sees the outputs of the already
 quantized previous layers, and inside a layer the groups of ``layers.SEQUENTIAL`` are
@@ -33,7 +37,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, NamedTuple
 
 import torch
 
@@ -62,23 +66,63 @@ class Hessian:
         self.h += x.T @ x
 
 
-def _group_scales(w: torch.Tensor, bits: int, group: int, mse: bool = False) -> torch.Tensor:
-    """``absmax / qmax`` per (row, group); with ``mse`` the absmax shrunk by 0-79 % in 1 % steps
-    to the least ``Σ|w − Q(w)|^2.4`` (the reference ``quant.py`` ``Quantizer(mse=True)``)."""
+class Quantized(NamedTuple):
+    """One layer in our layout: int8 values ``q[N, K]``, float32 ``scale`` and ``offset``
+    ``[N, ceil(K/G)]``; the weight is ``(q + offset) · scale`` (offset 0: symmetric)."""
+
+    q: torch.Tensor
+    scale: torch.Tensor
+    offset: torch.Tensor
+
+
+def _levels(bits: int, asym: bool) -> tuple[int, int]:
+    """The stored value range: symmetric uses ±qmax (and -8 for INT4, like the reference RTN's
+    clamp), asymmetric the whole signed range (16 or 256 levels)."""
+    return (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1) if asym else (QMIN[bits], quant_ref.QMAX[bits])
+
+
+def _grid_at(lo: torch.Tensor, hi: torch.Tensor, bits: int, asym: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(scale, offset) mapping ``[lo, hi]`` onto the levels. Asymmetric (the reference
+    ``Quantizer(sym=False)``): ``scale = (hi − lo) / (2^b − 1)``, zero ``z = round(−lo / scale)``
+    on the unsigned grid, stored signed, so ``offset = 2^(b−1) − z``."""
+    if not asym:
+        scale = hi / quant_ref.QMAX[bits]
+        return torch.where(scale > 0, scale, torch.ones_like(scale)), torch.zeros_like(scale)
+    scale = (hi - lo) / (2**bits - 1)
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    return scale, 2 ** (bits - 1) - torch.round(-lo / scale)
+
+
+def _quantize(w: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor, levels: tuple[int, int]) -> torch.Tensor:
+    return torch.clamp(torch.round(w / scale) - offset, *levels)
+
+
+def _group_grid(
+    w: torch.Tensor, bits: int, group: int, mse: bool = False, asym: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(scale, offset) per (row, group) from the group's range (absmax when symmetric, [min, max]
+    through 0 when not); with ``mse`` the range shrunk by 0-79 % in 1 % steps to the least
+    ``Σ|w − Q(w)|^2.4`` (the reference ``quant.py`` ``Quantizer(mse=True)``)."""
     n, k = w.shape
     groups = -(-k // group)
     padded = torch.nn.functional.pad(w, (0, groups * group - k)).reshape(n, groups, group)
-    scale = padded.abs().amax(dim=2) / quant_ref.QMAX[bits]
-    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    if asym:
+        lo, hi = padded.amin(dim=2).clamp(max=0), padded.amax(dim=2).clamp(min=0)
+    else:
+        hi = padded.abs().amax(dim=2)
+        lo = -hi
+    levels = _levels(bits, asym)
+    best = _grid_at(lo, hi, bits, asym)
     if not mse:
-        return scale
-    best, err_best = scale, torch.full_like(scale, float("inf"))
+        return best
+    err_best = torch.full_like(best[0], float("inf"))
     for i in range(80):
-        s = (scale * (1 - i / 100)).unsqueeze(2)
-        q = torch.clamp(torch.round(padded / s), QMIN[bits], quant_ref.QMAX[bits])
-        err = (q * s - padded).abs().pow(2.4).sum(dim=2)
+        scale, offset = _grid_at(lo * (1 - i / 100), hi * (1 - i / 100), bits, asym)
+        s, o = scale.unsqueeze(2), offset.unsqueeze(2)
+        err = ((_quantize(padded, s, o, levels) + o) * s - padded).abs().pow(2.4).sum(dim=2)
         better = err < err_best
-        best, err_best = torch.where(better, s[..., 0], best), torch.where(better, err, err_best)
+        best = (torch.where(better, scale, best[0]), torch.where(better, offset, best[1]))
+        err_best = torch.where(better, err, err_best)
     return best
 
 
@@ -102,41 +146,43 @@ def gptq(
     damp: float = 0.01,
     act_order: bool = False,
     mse: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``weight[N, K]``, ``h[K, K]`` -> (int8 values ``[N, K]``, float32 ``scale[N, ceil(K/G)]``)."""
+    asym: bool = False,
+) -> Quantized:
+    """``weight[N, K]``, ``h[K, K]`` -> int8 values ``[N, K]`` with float32 scale/offset ``[N, ceil(K/G)]``."""
     w = weight.detach().float().clone()
     n, k = w.shape
     perm = torch.argsort(torch.diag(h), descending=True) if act_order else torch.arange(k)
-    static = _group_scales(w, bits, group, mse) if act_order else None
+    static = _group_grid(w, bits, group, mse, asym) if act_order else None
     w, h = w[:, perm], h[perm][:, perm]
     u = _inverse_factor(h, w, damp)
-    scale = static if static is not None else torch.ones(n, -(-k // group))
-    q = torch.zeros(n, k)
+    scale, offset = static if static is not None else (torch.ones(n, -(-k // group)), torch.zeros(n, -(-k // group)))
+    levels, q = _levels(bits, asym), torch.zeros(n, k)
     for i1 in range(0, k, group):  # block size B = G
         i2 = min(i1 + group, k)
         block, err = w[:, i1:i2].clone(), torch.zeros(n, i2 - i1)
         if static is None:
-            scale[:, i1 // group] = _group_scales(block, bits, group, mse)[:, 0]
+            s, o = _group_grid(block, bits, group, mse, asym)
+            scale[:, i1 // group], offset[:, i1 // group] = s[:, 0], o[:, 0]
         for i in range(i2 - i1):
-            s = scale[:, int(perm[i1 + i]) // group]
-            q[:, i1 + i] = torch.clamp(torch.round(block[:, i] / s), QMIN[bits], quant_ref.QMAX[bits])
-            err[:, i] = (block[:, i] - q[:, i1 + i] * s) / u[i1 + i, i1 + i]
+            g = int(perm[i1 + i]) // group
+            q[:, i1 + i] = _quantize(block[:, i], scale[:, g], offset[:, g], levels)
+            err[:, i] = (block[:, i] - (q[:, i1 + i] + offset[:, g]) * scale[:, g]) / u[i1 + i, i1 + i]
             block[:, i:] -= err[:, i : i + 1] @ u[i1 + i : i1 + i + 1, i1 + i : i2]
         w[:, i2:] -= err @ u[i1:i2, i2:]
-    return q[:, torch.argsort(perm)].to(torch.int8), scale.float()
+    return Quantized(q[:, torch.argsort(perm)].to(torch.int8), scale.float(), offset.float())
 
 
-def dequantize(q: torch.Tensor, scale: torch.Tensor, group: int) -> torch.Tensor:
-    return q.float() * scale.repeat_interleave(group, dim=1)[:, : q.shape[1]]
+def dequantize(q: torch.Tensor, scale: torch.Tensor, group: int, offset: torch.Tensor | None = None) -> torch.Tensor:
+    return quant_ref.dequantize_weight_groupwise(q, scale, 8, group, torch.float32, offset)
 
 
 class QuantizedLinear(torch.nn.Module):
-    """Serves given stored values + scales with the serving math (``weight_only_matmul``)."""
+    """Serves given stored values + scales (+ offsets) with the serving math (``weight_only_matmul``)."""
 
-    def __init__(self, q: torch.Tensor, scale: torch.Tensor, bits: int, group: int, bias: Any = None) -> None:
+    def __init__(self, layer: Quantized, bits: int, group: int, bias: Any = None) -> None:
         super().__init__()
-        packed = quant_ref.pack_int4(q) if bits == 4 else q
-        self.prepared = quant_ref.prepare_weight_only(packed, scale, bits, group)
+        packed = quant_ref.pack_int4(layer.q) if bits == 4 else layer.q
+        self.prepared = quant_ref.prepare_weight_only(packed, layer.scale, bits, group, layer.offset)
         self.bias = bias
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -145,14 +191,12 @@ class QuantizedLinear(torch.nn.Module):
         return y.reshape(*shape[:-1], y.shape[-1])
 
 
-def apply(model: Any, quantized: dict[str, tuple[torch.Tensor, torch.Tensor]], policy: QuantPolicy) -> Any:
+def apply(model: Any, quantized: dict[str, Quantized], policy: QuantPolicy) -> Any:
     """Replace the layers in ``quantized`` by ``QuantizedLinear`` (offline evaluation)."""
-    for name, (q, scale) in quantized.items():
+    for name, layer in quantized.items():
         parent, _, child = name.rpartition(".")
-        linear = model.get_submodule(name)
-        setattr(
-            model.get_submodule(parent), child, QuantizedLinear(q, scale, policy.bits, policy.group_size, linear.bias)
-        )
+        bias = model.get_submodule(name).bias
+        setattr(model.get_submodule(parent), child, QuantizedLinear(layer, policy.bits, policy.group_size, bias))
     return model
 
 
@@ -167,8 +211,8 @@ def load_checkpoint(out_dir: Path, dtype: torch.dtype = torch.float32) -> Any:
     quantized, policies = {}, {}
     for layer, scheme in modelslim.layer_types(desc).items():
         if scheme in ("w8a16", "w4a16"):
-            tensors.pop(f"{layer}.weight_offset")
-            quantized[layer] = (tensors.pop(f"{layer}.weight"), tensors.pop(f"{layer}.weight_scale"))
+            q, scale = tensors.pop(f"{layer}.weight"), tensors.pop(f"{layer}.weight_scale")
+            quantized[layer] = Quantized(q, scale, modelslim.OFFSET_SIGN * tensors.pop(f"{layer}.weight_offset"))
             policies[layer] = QuantPolicy(scheme, int(desc["group_size"]))
         elif scheme != modelslim.FLOAT:
             raise modelslim.CheckpointError(f"layer {layer}: {scheme} is not weight-only; load it with the engine")
@@ -177,21 +221,22 @@ def load_checkpoint(out_dir: Path, dtype: torch.dtype = torch.float32) -> Any:
     if unexpected or set(missing) - {f"{n}.weight" for n in quantized} - {"lm_head.weight"}:
         raise modelslim.CheckpointError(f"{out_dir}: unexpected {unexpected[:3]}, missing {missing[:3]}")
     model.tie_weights()
-    for layer, (q, scale) in quantized.items():
-        apply(model, {layer: (q, scale)}, policies[layer])
+    for layer, values in quantized.items():
+        apply(model, {layer: values}, policies[layer])
     return model
 
 
 @dataclass(frozen=True)
 class Options:
     act_order: bool = False  # columns by decreasing H_jj (static groups)
-    mse: bool = False  # scale search per group (clipping), see _group_scales
+    mse: bool = False  # range search per group (clipping), see _group_grid
+    asym: bool = False  # a zero point per group: (q + offset) · scale over all 2^b levels
     damp: float = 0.01
 
 
 def quantize_layer(
     layer: Any, prefix: str, xs: list, kws: list, policy: QuantPolicy, options: Options
-) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+) -> dict[str, Quantized]:
     """True-sequential GPTQ of one decoder layer (weights replaced by their dequantized values)."""
     out = {}
     for names in L.SEQUENTIAL:
@@ -203,7 +248,7 @@ def quantize_layer(
         L.capture(layer, first, xs, kws, hessian.add)
         for name in todo:
             linear = layer.get_submodule(name)
-            q, scale = gptq(
+            result = gptq(
                 linear.weight,
                 hessian.h,
                 policy.bits,
@@ -211,9 +256,12 @@ def quantize_layer(
                 damp=options.damp,
                 act_order=options.act_order,
                 mse=options.mse,
+                asym=options.asym,
             )
-            linear.weight.data = dequantize(q, scale, policy.group_size).to(linear.weight.dtype)
-            out[f"{prefix}.{name}"] = (q, scale)
+            linear.weight.data = dequantize(result.q, result.scale, policy.group_size, result.offset).to(
+                linear.weight.dtype
+            )
+            out[f"{prefix}.{name}"] = result
         del hessian
     return out
 
@@ -227,13 +275,13 @@ def calibrate(
     window: int = 512,
     options: Options = Options(),
     progress: Callable[[Iterable[Any]], Iterable[Any]] = lambda it: it,
-) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """GPTQ over every decoder layer in order; returns layer -> (int8 values, scales)."""
+) -> dict[str, Quantized]:
+    """GPTQ over every decoder layer in order; returns layer -> its ``Quantized`` values."""
     if policy.scheme == "w8a8_dynamic":
         raise ValueError("GPTQ here writes weight-only schemes: use --scheme w4a16 or w8a16")
     model = load_model(model_dir)
     xs, kws = L.layer_inputs(model, L.windows(token_ids(model_dir, text, tokens), window))
-    result: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+    result: dict[str, Quantized] = {}
     for i, layer in enumerate(progress(list(model.model.layers))):
         result.update(quantize_layer(layer, f"model.layers.{i}", xs, kws, policy, options))
         xs = L.run_layer(layer, xs, kws)

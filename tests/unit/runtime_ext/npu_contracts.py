@@ -26,6 +26,7 @@ PAGE = {
     "npu_weight_quant_batchmatmul": "https://www.hiascend.com/document/detail/zh/Pytorch/700/apiref/apilist/ptaoplist_000179.html",
     "npu_weight_quant_batchmatmul/group": "https://hiascend.com/document/detail/zh/Pytorch/60RC2/apiref/apilist/ptaoplist_000147.html",
     "npu_weight_quant_batchmatmul/scale": "https://hiascend.com/document/detail/zh/Pytorch/600/apiref/apilist/ptaoplist_000862.html",
+    "npu_weight_quant_batchmatmul/op-plugin": "https://github.com/Ascend/op-plugin/blob/1dd24f253e01e63d1c2375d136e12adc1301074e/docs/context/torch_npu-npu_weight_quant_batchmatmul.md",
     "npu_convert_weight_to_int4pack": "https://hiascend.com/document/detail/zh/Pytorch/600/apiref/apilist/ptaoplist_000846.html",
     "npu_linear": "https://hiascend.com/document/detail/zh/Pytorch/600/apiref/apilist/ptaoplist_000803.html",
     "npu_format_cast": "https://hiascend.com/document/detail/zh/Pytorch/60RC3/apiref/apilist/ptaoplist_000725.html",
@@ -188,16 +189,20 @@ def check_weight_quant_batchmatmul(
              "the dtype of x", "npu_weight_quant_batchmatmul/scale")  # fmt: skip
     shape = tuple(antiquant_scale.shape)
     if group_size:  # 6.0.RC2: per-group scale (ceil_div(K, antiquant_group_size), N)
+        ok = 32 <= group_size <= k - 1 and group_size % 32 == 0  # op-plugin: "范围为[32, K-1]且必须是32的倍数"
+        _require(ok, op, "antiquant_group_size", group_size, f"a multiple of 32 in [32, K-1={k - 1}]",
+                 "npu_weight_quant_batchmatmul/op-plugin")  # fmt: skip
         want = (math.ceil(k / group_size), n)
         _require(shape == want, op, "antiquant_scale", shape, f"{want} per group", "npu_weight_quant_batchmatmul/group")
     else:  # per-tensor (1,)/(1, 1), per-channel (N,)/(1, N)
         _require(
             shape in ((1,), (1, 1), (n,), (1, n)), op, "antiquant_scale", shape, f"(1,), (1, 1), ({n},) or (1, {n})"
         )
-    if antiquant_offset is not None:
+    if antiquant_offset is not None:  # op-plugin: dequantized weight = (weight + antiquant_offset) * antiquant_scale
         same = antiquant_offset.dtype == antiquant_scale.dtype and antiquant_offset.shape == antiquant_scale.shape
-        _require(same, op, "antiquant_offset", tuple(antiquant_offset.shape), "antiquant_scale's dtype and shape")
-    # The range of antiquant_group_size and bias's dtype: no statement found in the pages read; not checked.
+        _require(same, op, "antiquant_offset", tuple(antiquant_offset.shape), "antiquant_scale's dtype and shape",
+                 "npu_weight_quant_batchmatmul/op-plugin")  # fmt: skip
+    # bias's dtype: no statement found in the pages read; not checked.
     if bias is not None:
         _require(bias.numel() == n, op, "bias", tuple(bias.shape), f"{n} elements (N)")
 

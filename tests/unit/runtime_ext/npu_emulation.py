@@ -124,11 +124,12 @@ def _antiquant_weight(weight, scale, offset, group_size):
     key = tuple((id(t), getattr(t, "_version", 0)) for t in parts) + (group_size,)
     if key not in _WEIGHTS:
         w = (_unpack_int4pack(weight) if weight.dtype == torch.int32 else weight).float()
-        if offset is not None:
-            w = w + offset.float()
-        s = scale.float()
-        if group_size:
+        s, o = scale.float(), None if offset is None else offset.float()
+        if group_size:  # [ceil(K/G), N]: row g applies to rows [gG, (g+1)G) of the weight
             s = s.repeat_interleave(group_size, dim=0)[: w.shape[0]]
+            o = None if o is None else o.repeat_interleave(group_size, dim=0)[: w.shape[0]]
+        if o is not None:
+            w = w + o
         if len(_WEIGHTS) > 1024:
             _WEIGHTS.clear()
         _WEIGHTS[key] = (parts, (w * s).to(scale.dtype))

@@ -49,8 +49,15 @@ BROKEN = {  # name: (op, args, kwargs, the argument the violation must name)
     "weight_quant_batchmatmul scale dtype differs from x": (
         "npu_weight_quant_batchmatmul", (t(2, 8, dtype=BF16), t(8, 4, dtype=I8), t(4)), {}, "antiquant_scale"),
     "weight_quant_batchmatmul per-group scale shape": (
-        "npu_weight_quant_batchmatmul", (t(2, 8, dtype=BF16), t(8, 4, dtype=I8), t(1, 4, dtype=BF16)),
-        {"antiquant_group_size": 4}, "antiquant_scale"),
+        "npu_weight_quant_batchmatmul", (t(2, 64, dtype=BF16), t(64, 4, dtype=I8), t(1, 4, dtype=BF16)),
+        {"antiquant_group_size": 32}, "antiquant_scale"),
+    "weight_quant_batchmatmul group size not a multiple of 32": (
+        "npu_weight_quant_batchmatmul", (t(2, 64, dtype=BF16), t(64, 4, dtype=I8), t(4, 4, dtype=BF16)),
+        {"antiquant_group_size": 16}, "antiquant_group_size"),
+    "weight_quant_batchmatmul offset dtype differs from the scale": (
+        "npu_weight_quant_batchmatmul",
+        (t(2, 64, dtype=BF16), t(64, 4, dtype=I8), t(2, 4, dtype=BF16), t(2, 4)),
+        {"antiquant_group_size": 32}, "antiquant_offset"),
     "int4pack values out of range": (
         "npu_convert_weight_to_int4pack", (torch.full((2, 8), 9, dtype=torch.int32),), {}, "weight"),
     "int4pack int8 weight": ("npu_convert_weight_to_int4pack", (t(2, 8, dtype=I8),), {}, "weight"),
@@ -66,7 +73,8 @@ def test_a_call_that_breaks_the_documented_contract_raises(case):
     with pytest.raises(ContractViolation) as info:
         getattr(npu, op)(*args, **kwargs)
     assert info.value.op == op and info.value.arg == arg
-    assert "hiascend.com" in str(info.value) and "documented" in str(info.value)
+    page = str(info.value)
+    assert ("hiascend.com" in page or "github.com/Ascend/op-plugin/" in page) and "documented" in page
 
 
 def test_recorded_calls_replay_and_a_broken_record_is_caught(tmp_path):

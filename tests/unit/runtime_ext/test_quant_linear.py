@@ -135,3 +135,53 @@ def test_sensitivity_rules_and_file(tmp_path):
     path.write_text("{}")
     with pytest.raises(sensitivity.SensitiveLayersError, match="quant scan"):
         sensitivity.load_sensitive_layers(path)
+
+
+def asymmetric(k, n, bits, seed=3):
+    """Stored values over the whole signed range, integral offsets and scales per group of 32."""
+    g = torch.Generator().manual_seed(seed)
+    low = -(2 ** (bits - 1))
+    q = torch.randint(low, -low, (n, k), generator=g, dtype=torch.int8)
+    scale = torch.rand(n, -(-k // 32), generator=g) * 0.01 + 0.001
+    offset = torch.randint(low + 1, -low + 1, scale.shape, generator=g).float()
+    return q, scale, offset
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_weight_only_offset_is_added_before_the_scale(bits):
+    q, scale, offset = asymmetric(80, 17, bits)  # K = 80: a short last group
+    stored = ref.pack_int4(q) if bits == 4 else q
+    want = (q.double() + offset.double().repeat_interleave(32, 1)[:, :80]) * scale.double().repeat_interleave(32, 1)[
+        :, :80
+    ]
+    deq = ref.dequantize_weight_groupwise(stored, scale, bits, 32, torch.float64, offset)
+    assert torch.allclose(deq, want, rtol=1e-6)
+    x = torch.randn(3, 80)
+    y = ref.weight_only_matmul(x, ref.prepare_weight_only(stored, scale, bits, 32, offset))
+    assert rel(y, x.double() @ want.T) < 1e-5
+    symmetric = ref.weight_only_matmul(x, ref.prepare_weight_only(stored, scale, bits, 32))
+    assert rel(symmetric, x.double() @ want.T) > 0.1  # the offset is not a rounding detail
+
+
+def test_offsets_are_kept_compact():
+    assert ref.compact_offset(None) is None and ref.compact_offset(torch.zeros(4, 2)) is None
+    assert ref.compact_offset(torch.tensor([[-8.0, 8.0]])).dtype == torch.int8  # zero points: 1 byte per group
+    assert ref.compact_offset(torch.tensor([[0.5, 1.0]])).dtype == torch.float32  # foreign float offsets kept
+    with pytest.raises(ValueError, match="NaN or inf"):
+        ref.compact_offset(torch.tensor([[float("nan")]]))
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_npu_path_passes_the_offset_as_antiquant_offset(emulated_npu, bits):
+    q, scale, offset = asymmetric(128, 16, bits)
+    stored = ref.pack_int4(q) if bits == 4 else q
+    x = torch.randn(3, 128).to(torch.bfloat16)
+    y_npu = get_op("weight_only_matmul", "npu")(
+        x, get_op("weight_only_prepare", "npu")(stored, scale, bits, 32, offset)
+    )
+    y_ref = get_op("weight_only_matmul", "cpu")(
+        x, get_op("weight_only_prepare", "cpu")(stored, scale, bits, 32, offset)
+    )
+    assert rel(y_npu, y_ref) < 1e-2
+    y_sym = get_op("weight_only_matmul", "cpu")(x, get_op("weight_only_prepare", "cpu")(stored, scale, bits, 32))
+    assert rel(y_sym, y_ref) > 0.1  # so the comparison above sees the offset
