@@ -15,6 +15,7 @@ each row, an in-process ``sglang.Engine`` (bf16, torch_native attention):
 
     .venv/bin/python bench/quant.py
     .venv/bin/python bench/quant.py --rows bf16 "W8A8 + SQ + fallback, exported"   # some rows only
+    .venv/bin/python bench/quant.py --only-w4 --w4-rows "W4A16 g128 GPTQ asym + act-order + clip"
 """
 
 from __future__ import annotations
@@ -142,6 +143,8 @@ def main() -> None:
     parser.add_argument("--rows", nargs="+", choices=list(ROWS), default=list(ROWS), help="rows to run (bf16 always)")
     parser.add_argument("--only-w4", action="store_true", help="bf16 and the W4A16 calibration rows only")
     parser.add_argument("--calib-tokens", type=int, default=8192, help="AWQ/GPTQ calibration tokens")
+    w4_help = "W4 rows to run (none given: no W4 rows)"
+    parser.add_argument("--w4-rows", nargs="*", choices=list(W4_RECIPES), default=list(W4_RECIPES), help=w4_help)
     args = parser.parse_args()
     from assets import fetch
 
@@ -158,11 +161,12 @@ def main() -> None:
             results[name] = run_row(models[which], scheme, policy, windows)
     else:
         results["bf16"] = run_row(base, None, {}, windows)
-    w4 = prepare_w4(base, args.calib_tokens)
+    w4 = prepare_w4(base, args.calib_tokens, args.w4_rows)
     for name, (model, scheme, keep, _) in w4.items():
         results[name] = run_row(model, scheme, {"keep": keep}, windows)
     print_table(base, args, results, len(fallback))
-    print_w4_table(results, w4, args.calib_tokens)
+    if w4:
+        print_w4_table(results, w4, args.calib_tokens)
 
 
 def print_table(model: Path, args: argparse.Namespace, results: dict, kept: int) -> None:
@@ -211,11 +215,15 @@ W4_RECIPES = {
     "W4A16 g128 GPTQ + act-order + clip": (("--method", "gptq", "--act-order"), False),
     "W4A16 g128 AWQ → GPTQ + act-order + clip": (("--method", "gptq", "--act-order"), True),
     "W4A16 g128 AWQ → GPTQ + act-order + clip + fallback": (("--method", "gptq", "--act-order"), True),
+    "W4A16 g128 GPTQ + act-order + clip + fallback": (("--method", "gptq", "--act-order"), False),
+    "W4A16 g128 GPTQ asym + act-order + clip": (("--method", "gptq", "--act-order", "--asym"), False),
+    "W4A16 g128 GPTQ asym + act-order + clip + fallback": (("--method", "gptq", "--act-order", "--asym"), False),
 }
 
 
-def prepare_w4(base: Path, tokens: int) -> dict[str, tuple[Path, str, list[str], float]]:
-    """Per W4 row: (checkpoint, engine scheme, kept layers, calibration seconds); cached in WORK/w4."""
+def prepare_w4(base: Path, tokens: int, names: list[str]) -> dict[str, tuple[Path, str, list[str], float]]:
+    """Per W4 row in ``names``: (checkpoint, engine scheme, kept layers, calibration seconds); cached in
+    WORK/w4 per row name and token count."""
     from typer.testing import CliRunner
 
     from runtime_ext.quant.sensitivity import load_sensitive_layers
@@ -229,27 +237,31 @@ def prepare_w4(base: Path, tokens: int) -> dict[str, tuple[Path, str, list[str],
         return time.perf_counter() - start
 
     def calibrate(name: str, model: Path, options: tuple, *extra: object) -> tuple[Path, float]:
-        out = WORK / "w4" / name
+        out = WORK / "w4" / f"{tokens}" / "".join(c if c.isalnum() else "_" for c in name)
         if not (out / "seconds").is_file():
             seconds = invoke("quant", "calibrate", "--model", model, "--out", out, "--tokens", tokens, *options, *extra)
             (out / "seconds").write_text(f"{seconds:.1f}")
         return out, float((out / "seconds").read_text())
 
     scan = WORK / "w4" / "sensitive_layers_w4a16.json"
-    if not scan.is_file():
+    if not scan.is_file() and any(n.endswith("fallback") for n in names):
         invoke("quant", "scan", "--model", base, "--scheme", "w4a16", "--out", scan)
-    awq, awq_s = calibrate("awq", base, ("--method", "awq"))
+    needs_awq = any(W4_RECIPES[n][1] or (W4_RECIPES[n][0] or ("", ""))[1] == "awq" for n in names)
+    awq, awq_s = calibrate("awq", base, ("--method", "awq")) if needs_awq else (base, 0.0)
     rows = {}
-    for i, (name, (options, on_awq)) in enumerate(W4_RECIPES.items()):
+    for name, (options, on_awq) in W4_RECIPES.items():
+        if name not in names:
+            continue
         if options is None:
             rows[name] = (base, "w4a16", [], 0.0)
         elif options[1] == "awq":
             rows[name] = (awq, "w4a16", [], awq_s)
         else:
             extra = ("--sensitive-layers", scan) if name.endswith("fallback") else ()
-            out, seconds = calibrate(f"row{i}", awq if on_awq else base, options, *extra)
+            out, seconds = calibrate(name, awq if on_awq else base, options, *extra)
             rows[name] = (out, "modelslim", [], seconds + (awq_s if on_awq else 0.0))
-    print(f"W4A16 fallback list: {len(load_sensitive_layers(scan))} layers")
+    if scan.is_file():
+        print(f"W4A16 fallback list: {len(load_sensitive_layers(scan))} layers")
     return rows
 
 
