@@ -218,6 +218,7 @@ W4_RECIPES = {
     "W4A16 g128 GPTQ + act-order + clip + fallback": (("--method", "gptq", "--act-order"), False),
     "W4A16 g128 GPTQ asym + act-order + clip": (("--method", "gptq", "--act-order", "--asym"), False),
     "W4A16 g128 GPTQ asym + act-order + clip + fallback": (("--method", "gptq", "--act-order", "--asym"), False),
+    "W4A16 g64 GPTQ asym + act-order + clip": (("--method", "gptq", "--act-order", "--asym", "--group-size", 64), False),
 }
 
 
