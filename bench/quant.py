@@ -50,26 +50,29 @@ ROWS = {
 }
 
 
-def prepare(base: Path) -> tuple[Path, list[str]]:
-    """The smoothed checkpoint and its fallback list, and the export with that list (cached in WORK)."""
+def prepare(base: Path, kl_top: float) -> tuple[Path, Path, list[str]]:
+    """The smoothed checkpoint, the export with its fallback list (``quant scan --kl-top``) and the
+    list (cached in WORK)."""
     from typer.testing import CliRunner
 
     from runtime_ext.quant.sensitivity import load_sensitive_layers
     from tools.cli import app
 
-    smoothed, scan = WORK / "smoothed", WORK / "sensitive_layers.json"
+    smoothed, scan = WORK / "smoothed", WORK / f"sensitive_layers_kl{kl_top}.json"
+    exported = WORK / f"exported_kl{kl_top}"
     if not (smoothed / "config.json").is_file():
         result = CliRunner().invoke(app, ["quant", "calibrate", "--model", str(base), "--out", str(smoothed)])
         assert result.exit_code == 0, result.output
         print(result.output)
     if not scan.is_file():
-        result = CliRunner().invoke(app, ["quant", "scan", "--model", str(smoothed), "--out", str(scan)])
+        args = ["quant", "scan", "--model", str(smoothed), "--kl-top", str(kl_top), "--out", str(scan)]
+        result = CliRunner().invoke(app, args)
         assert result.exit_code == 0, result.output
-    if not (WORK / "exported" / "config.json").is_file():
+    if not (exported / "config.json").is_file():
         args = ["--model", str(smoothed), "--scheme", "w8a8_dynamic", "--sensitive-layers", str(scan)]
-        result = CliRunner().invoke(app, ["quant", "export", *args, "--out", str(WORK / "exported")])
+        result = CliRunner().invoke(app, ["quant", "export", *args, "--out", str(exported)])
         assert result.exit_code == 0, result.output
-    return smoothed, load_sensitive_layers(scan)
+    return smoothed, exported, load_sensitive_layers(scan)
 
 
 def run_row(model: Path, scheme: str | None, policy: dict, windows: list[list[int]]) -> dict:
@@ -143,6 +146,7 @@ def main() -> None:
     parser.add_argument("--rows", nargs="+", choices=list(ROWS), default=list(ROWS), help="rows to run (bf16 always)")
     parser.add_argument("--only-w4", action="store_true", help="bf16 and the W4A16 calibration rows only")
     parser.add_argument("--calib-tokens", type=int, default=8192, help="AWQ/GPTQ calibration tokens")
+    parser.add_argument("--kl-top", type=float, default=0.05, help="the W8A8 scan's --kl-top (fallback size)")
     w4_help = "W4 rows to run (none given: no W4 rows)"
     parser.add_argument("--w4-rows", nargs="*", choices=list(W4_RECIPES), default=list(W4_RECIPES), help=w4_help)
     args = parser.parse_args()
@@ -152,8 +156,8 @@ def main() -> None:
     windows = held_out(base, args.windows, args.window)
     results, fallback = {}, []
     if not args.only_w4:
-        smoothed, fallback = prepare(base)
-        models = {"base": base, "smoothed": smoothed, "exported": WORK / "exported"}
+        smoothed, exported, fallback = prepare(base, args.kl_top)
+        models = {"base": base, "smoothed": smoothed, "exported": exported}
         for name, (which, scheme, policy, use_fallback) in ROWS.items():
             if name != "bf16" and name not in args.rows:
                 continue
@@ -207,6 +211,7 @@ def print_table(model: Path, args: argparse.Namespace, results: dict, kept: int)
 # W4A16 g128 (issue 17): round-to-nearest, AWQ, GPTQ (tools/quant/{awq,gptq}.py), each
 # calibrated on the Austen split; the fallback keeps the layers of a W4A16 scan in bf16.
 # name -> (calibrate options, start from the AWQ checkpoint?, served online (RTN) or as the GPTQ export)
+ASYM = ("--method", "gptq", "--act-order", "--asym")
 W4_RECIPES = {
     "W4A16 g128 RTN": (None, False),
     "W4A16 g128 AWQ": (("--method", "awq"), False),
@@ -216,9 +221,9 @@ W4_RECIPES = {
     "W4A16 g128 AWQ → GPTQ + act-order + clip": (("--method", "gptq", "--act-order"), True),
     "W4A16 g128 AWQ → GPTQ + act-order + clip + fallback": (("--method", "gptq", "--act-order"), True),
     "W4A16 g128 GPTQ + act-order + clip + fallback": (("--method", "gptq", "--act-order"), False),
-    "W4A16 g128 GPTQ asym + act-order + clip": (("--method", "gptq", "--act-order", "--asym"), False),
-    "W4A16 g128 GPTQ asym + act-order + clip + fallback": (("--method", "gptq", "--act-order", "--asym"), False),
-    "W4A16 g64 GPTQ asym + act-order + clip": (("--method", "gptq", "--act-order", "--asym", "--group-size", 64), False),
+    "W4A16 g128 GPTQ asym + act-order + clip": (ASYM, False),
+    "W4A16 g128 GPTQ asym + act-order + clip + fallback": (ASYM, False),
+    "W4A16 g64 GPTQ asym + act-order + clip": ((*ASYM, "--group-size", 64), False),
 }
 
 
