@@ -55,15 +55,21 @@ def window(assets) -> list[int]:
     return token_ids(assets.smollm2, eval_text(), WINDOW)
 
 
-def served_logprobs(model_dir: Path, ids: list[int], scheme: str) -> list[float]:
-    """Prompt logprobs of ``ids`` from the engine (float32), tokens 2..T."""
+def served_logprobs(
+    model_dir: Path, ids: list[int], scheme: str, dtype: str = "float32", npu_record: Path | None = None
+) -> list[float]:
+    """Prompt logprobs of ``ids`` from the engine, tokens 2..T; with ``npu_record``, as an NPU build
+    (runtime_ext's NPU kernels over the strict torch_npu emulation, each distinct call recorded there)."""
     from runtime_ext.config import RuntimeExtConfig
     from runtime_ext.quant.policy import QuantPolicy
+    from tests.unit.runtime_ext import npu_recording
 
     env = {**os.environ, "INPUT_LOGPROBS": "1", **RuntimeExtConfig(quant_policy=QuantPolicy("w4a16")).to_env()}
-    script = Path(__file__).with_name("sglang_greedy.py")
+    if npu_record is not None:
+        env[npu_recording.ENV] = str(npu_record)
+    script = Path(__file__).with_name("sglang_npu_record.py" if npu_record else "sglang_greedy.py")
     proc = subprocess.run(
-        [sys.executable, str(script), str(model_dir), "1", json.dumps([ids]), "bf16", scheme, "float32"],
+        [sys.executable, str(script), str(model_dir), "1", json.dumps([ids]), "bf16", scheme, dtype],
         capture_output=True,
         text=True,
         timeout=600,
@@ -100,6 +106,25 @@ def test_awq_and_gptq_beat_rtn_and_serve_like_offline(assets, exports, window):
     for method in exports:
         assert served_ppl[method] < rtn, f"{method} is not below RTN. {message}"
         assert diffs[method] <= ROUND_TRIP_TOL, f"{method} served != offline. {message}"
+
+
+def test_asymmetric_export_on_the_npu_path(exports, window, tmp_path):
+    """The asymmetric export as an NPU build (bf16): every weight-only matmul passes its zero points as
+    ``antiquant_offset`` (the scale's dtype and shape, msModelSlim's ``weight_offset`` negated), each
+    recorded call keeps the documented contract, and the held-out perplexity is the offline one's (a
+    wrong sign or a dropped offset multiplies it)."""
+    from tests.unit.runtime_ext import npu_recording
+
+    record = tmp_path / "calls.jsonl"
+    served = ppl(served_logprobs(exports["gptq-asym"], window, "modelslim", "bfloat16", record))
+    offline = ppl(offline_logprobs(exports["gptq-asym"], window))
+    calls = [r for r in npu_recording.load(record) if r["op"] == "npu_weight_quant_batchmatmul"]
+    print(f"\nNPU build, bf16: perplexity {served:.3f} (offline float32 {offline:.3f}); {len(calls)} distinct calls")
+    assert calls, "no npu_weight_quant_batchmatmul call was made"
+    for r in calls:
+        assert r["kwargs"]["antiquant_offset"] == r["args"][2], r  # the scale's dtype and shape
+        npu_recording.replay(r)  # raises ContractViolation on a broken rule
+    assert abs(served / offline - 1) < 0.05, (served, offline)
 
 
 @pytest.mark.parametrize("method", ["gptq"])
