@@ -141,3 +141,21 @@ def test_awq_scale_folding_leaves_the_float_model_unchanged():
         xs = L.run_layer(layer, xs, kws)
     assert any(a > 0 for a in alphas), alphas  # some scale other than 1 was folded in
     assert (model(ids).logits - before).abs().max() <= 1e-5
+
+
+def test_export_writes_msmodelslim_offsets():
+    """msModelSlim reads a weight back as ``(q − weight_offset) · weight_scale``: what the export writes
+    for an asymmetric layer must give the dequantized GPTQ weight that way (and 0 when symmetric)."""
+    from tools.quant.export import quantized_tensors
+
+    k = 256
+    h = gptq.Hessian(k)
+    h.add(inputs(k, 512))
+    policy = QuantPolicy("w4a16", GROUP)
+    for asym in (True, False):
+        layer = gptq.gptq(skewed(N, k), h.h, 4, GROUP, asym=asym)
+        out = quantized_tensors("L", torch.zeros(N, k), policy, given=layer)
+        q, scale, stored = out["L.weight"], out["L.weight_scale"], out["L.weight_offset"]
+        wide = lambda t: t.repeat_interleave(GROUP, 1)  # noqa: E731
+        assert torch.equal((q.float() - wide(stored)) * wide(scale), gptq.dequantize(*layer[:2], GROUP, layer.offset))
+        assert bool(stored.any()) == asym
