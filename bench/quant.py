@@ -147,6 +147,7 @@ def main() -> None:
     parser.add_argument("--only-w4", action="store_true", help="bf16 and the W4A16 calibration rows only")
     parser.add_argument("--calib-tokens", type=int, default=8192, help="AWQ/GPTQ calibration tokens")
     parser.add_argument("--kl-top", type=float, default=0.05, help="the W8A8 scan's --kl-top (fallback size)")
+    parser.add_argument("--w4-kl-top", type=float, default=0.05, help="the W4A16 scan's --kl-top (fallback rows)")
     w4_help = "W4 rows to run (none given: no W4 rows)"
     parser.add_argument("--w4-rows", nargs="*", choices=list(W4_RECIPES), default=list(W4_RECIPES), help=w4_help)
     args = parser.parse_args()
@@ -165,7 +166,7 @@ def main() -> None:
             results[name] = run_row(models[which], scheme, policy, windows)
     else:
         results["bf16"] = run_row(base, None, {}, windows)
-    w4 = prepare_w4(base, args.calib_tokens, args.w4_rows)
+    w4 = prepare_w4(base, args.calib_tokens, args.w4_rows, args.w4_kl_top)
     for name, (model, scheme, keep, _) in w4.items():
         results[name] = run_row(model, scheme, {"keep": keep}, windows)
     print_table(base, args, results, len(fallback))
@@ -227,9 +228,11 @@ W4_RECIPES = {
 }
 
 
-def prepare_w4(base: Path, tokens: int, names: list[str]) -> dict[str, tuple[Path, str, list[str], float]]:
+def prepare_w4(
+    base: Path, tokens: int, names: list[str], kl_top: float = 0.05
+) -> dict[str, tuple[Path, str, list[str], float]]:
     """Per W4 row in ``names``: (checkpoint, engine scheme, kept layers, calibration seconds); cached in
-    WORK/w4 per row name and token count."""
+    WORK/w4 per row name, token count and (fallback rows) the W4 scan's ``--kl-top``."""
     from typer.testing import CliRunner
 
     from runtime_ext.quant.sensitivity import load_sensitive_layers
@@ -249,9 +252,9 @@ def prepare_w4(base: Path, tokens: int, names: list[str]) -> dict[str, tuple[Pat
             (out / "seconds").write_text(f"{seconds:.1f}")
         return out, float((out / "seconds").read_text())
 
-    scan = WORK / "w4" / "sensitive_layers_w4a16.json"
+    scan = WORK / "w4" / f"sensitive_layers_w4a16_kl{kl_top}.json"
     if not scan.is_file() and any(n.endswith("fallback") for n in names):
-        invoke("quant", "scan", "--model", base, "--scheme", "w4a16", "--out", scan)
+        invoke("quant", "scan", "--model", base, "--scheme", "w4a16", "--kl-top", kl_top, "--out", scan)
     needs_awq = any(W4_RECIPES[n][1] or (W4_RECIPES[n][0] or ("", ""))[1] == "awq" for n in names)
     awq, awq_s = calibrate("awq", base, ("--method", "awq")) if needs_awq else (base, 0.0)
     rows = {}
@@ -264,7 +267,8 @@ def prepare_w4(base: Path, tokens: int, names: list[str]) -> dict[str, tuple[Pat
             rows[name] = (awq, "w4a16", [], awq_s)
         else:
             extra = ("--sensitive-layers", scan) if name.endswith("fallback") else ()
-            out, seconds = calibrate(name, awq if on_awq else base, options, *extra)
+            key = f"{name} kl{kl_top}" if extra else name
+            out, seconds = calibrate(key, awq if on_awq else base, options, *extra)
             rows[name] = (out, "modelslim", [], seconds + (awq_s if on_awq else 0.0))
     if scan.is_file():
         print(f"W4A16 fallback list: {len(load_sensitive_layers(scan))} layers")
