@@ -21,6 +21,7 @@ each row, an in-process ``sglang.Engine`` (bf16, torch_native attention):
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -255,8 +256,7 @@ def prepare_w4(
     scan = WORK / "w4" / f"sensitive_layers_w4a16_kl{kl_top}.json"
     if not scan.is_file() and any(n.endswith("fallback") for n in names):
         invoke("quant", "scan", "--model", base, "--scheme", "w4a16", "--kl-top", kl_top, "--out", scan)
-    needs_awq = any(W4_RECIPES[n][1] or (W4_RECIPES[n][0] or ("", ""))[1] == "awq" for n in names)
-    awq, awq_s = calibrate("awq", base, ("--method", "awq")) if needs_awq else (base, 0.0)
+    awq = functools.cache(lambda: calibrate("awq", base, ("--method", "awq")))  # only if a row needs it
     rows = {}
     for name, (options, on_awq) in W4_RECIPES.items():
         if name not in names:
@@ -264,12 +264,12 @@ def prepare_w4(
         if options is None:
             rows[name] = (base, "w4a16", [], 0.0)
         elif options[1] == "awq":
-            rows[name] = (awq, "w4a16", [], awq_s)
+            rows[name] = (awq()[0], "w4a16", [], awq()[1])
         else:
             extra = ("--sensitive-layers", scan) if name.endswith("fallback") else ()
             key = f"{name} kl{kl_top}" if extra else name
-            out, seconds = calibrate(key, awq if on_awq else base, options, *extra)
-            rows[name] = (out, "modelslim", [], seconds + (awq_s if on_awq else 0.0))
+            out, seconds = calibrate(key, awq()[0] if on_awq else base, options, *extra)
+            rows[name] = (out, "modelslim", [], seconds + (awq()[1] if on_awq else 0.0))
     if scan.is_file():
         print(f"W4A16 fallback list: {len(load_sensitive_layers(scan))} layers")
     return rows

@@ -65,8 +65,7 @@ class CheckpointLinearMethod(StructserveLinearMethod):
         prefix = self.prefix
         if bool(torch.isnan(layer.weight_scale).any() or torch.isnan(layer.weight_offset).any()):
             raise modelslim.CheckpointError(f"layer {prefix}: weight_scale/weight_offset missing from the checkpoint")
-        asymmetric = bool((layer.weight_offset != 0).any())
-        if asymmetric and self.policy.scheme == "w8a8_dynamic":
+        if self.policy.scheme == "w8a8_dynamic" and bool(layer.weight_offset.any()):
             raise modelslim.CheckpointError(
                 f"layer {prefix}: W8A8_DYNAMIC weights must be symmetric (weight_offset 0); "
                 "asymmetric weights are supported for W8A16 and W4A16"
@@ -79,7 +78,7 @@ class CheckpointLinearMethod(StructserveLinearMethod):
                 layer.decode_weight = quant_ref.dequantize_weight_per_channel(q, scale[:, 0], layer.compute_dtype)
         else:
             stored = pack_int4(q) if self.policy.bits == 4 else q
-            offset = modelslim.OFFSET_SIGN * layer.weight_offset.data if asymmetric else None
+            offset = modelslim.OFFSET_SIGN * layer.weight_offset.data  # all zero (symmetric): dropped at prepare
             layer.prepared = get_op("weight_only_prepare", device)(
                 stored, scale, self.policy.bits, self.policy.group_size, offset
             )
