@@ -3,23 +3,24 @@
 1. **Overhead.** W8A8 (bf16) with the monitor off and on (sigma 4, the default thresholds, no
    standby copies), as alternating engines (off, on, off, on; the best of each). It measures
    prefill tokens/s over held-out windows, and decode tokens/s at batch 1 and batch 8.
-2. **Fallback effect.** It runs on a model copy with a *massive activation*. Real LLMs carry one on
-   a few frequent tokens (BOS, ".", ",", "\\n"): a few fixed residual channels, orders of magnitude
-   above the rest (Sun et al. 2024, "Massive Activations in Large Language Models",
-   arXiv:2402.17762). SmolLM2-135M has only mild ones. The copy adds one: the "," token's input
-   embedding gets +A in one channel, and lm_head is untied so the output side is unchanged.
+2. **Fallback effect.** It runs on a model copy with activation outliers (``bench/quant_monitor_models.py``):
+   - ``--workload channel`` (the one the goal is measured on): an outlier channel at the input of
+     three ``down_proj`` modules, made by a power-of-two rescaling that leaves the bf16 model exact;
+   - ``--workload comma``: a massive activation on the ',' token's embedding, which the residual
+     stream carries into every layer. With ``--drift`` the warm-up text has no ','.
    Three engines serve it: all INT8, INT8 + the online fallback (every module may fall back),
    and bf16. Each first serves a warm-up of calibration text, one request at a time, then the
    held-out windows, and reports their perplexity; the table lists the modules that fell back.
-   With ``--drift`` the warm-up text has no ',': the traffic changes at the held-out text, which
-   is the case the monitor is for.
+   The channel workload adds two rows: INT8 with only the seeded modules kept in bf16 (what the
+   seeded outliers alone cost), and the original model in bf16 (the copy's bf16 equals it).
 3. **Switch.** Steps from the decision to the first high-precision forward (events), and the
    per-layer cost in ``apply``: the flag read and ``observe``.
 
-Writes ``docs/img/quant_monitor_rates.png``: the outlier rate of the tripped modules per warm-up
-request, with the fallback marked.
+Writes ``docs/img/quant_monitor_rates[_channel][_drift].png``: the outlier rate of the tripped modules
+per request, with the fallback marked.
 
     .venv/bin/python bench/quant_monitor.py                                 # overhead + effect, boost 40
+    .venv/bin/python bench/quant_monitor.py --skip-overhead --workload channel            # x256, layers 2,9,16
     .venv/bin/python bench/quant_monitor.py --skip-overhead --boost 300 --drift
 """
 
@@ -40,44 +41,13 @@ from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 WORK = Path("/tmp/structserve-bench-monitor")
-COMMA_BOOST = 40.0  # × the embedding row's RMS, in one channel (--boost)
 DEFAULT = {"sigma": 4.0, "rate_threshold": 0.01, "window_requests": 1000, "min_window_tokens": 256}
 
 
-def spiked_copy(base: Path) -> Path:
-    """The model copy with a massive activation on ',' (cached in WORK)."""
-    import shutil
-
-    from safetensors.torch import load_file, save_file
-    from transformers import AutoTokenizer
-
-    out = WORK / f"smollm2-massive-{COMMA_BOOST:g}"
-    if (out / "config.json").is_file():
-        return out
-    out.mkdir(parents=True, exist_ok=True)
-    for f in base.iterdir():
-        if f.name != "model.safetensors" and f.is_file():
-            shutil.copy(f, out / f.name)
-    tensors = load_file(str(base / "model.safetensors"))
-    embed = tensors["model.embed_tokens.weight"]
-    tensors["lm_head.weight"] = embed.clone()  # untied: the output side stays the original
-    comma = AutoTokenizer.from_pretrained(str(base)).encode(",", add_special_tokens=False)[0]
-    channel = int(embed.float().abs().mean(0).argmax())
-    row = embed[comma].float()
-    row[channel] += COMMA_BOOST * float(row.square().mean().sqrt())
-    embed[comma] = row.to(embed.dtype)
-    save_file(
-        {k: v.contiguous() for k, v in tensors.items()}, str(out / "model.safetensors"), metadata={"format": "pt"}
-    )
-    config = json.loads((out / "config.json").read_text())
-    (out / "config.json").write_text(json.dumps({**config, "tie_word_embeddings": False}, indent=1))
-    print(f"model copy: token {comma} (',') channel {channel} +{COMMA_BOOST}× its row RMS -> {out}")
-    return out
-
-
-def start_engine(model: Path, quantized: bool, monitor: dict | None, events: Path | None = None):
-    """An in-process engine (bf16, torch_native attention); W8A8 when ``quantized``."""
+def start_engine(model: Path, quantized: bool, monitor: dict | None, events: Path | None = None, keep=()):
+    """An in-process engine (bf16, torch_native attention); W8A8 when ``quantized``, but ``keep``."""
     from runtime_ext.config import RuntimeExtConfig
     from runtime_ext.quant.monitor import MonitorConfig
     from runtime_ext.quant.policy import QuantPolicy
@@ -91,7 +61,9 @@ def start_engine(model: Path, quantized: bool, monitor: dict | None, events: Pat
     if monitor is not None:
         standby = all_modules(model) if monitor.pop("standby_all", False) else ()
         config = MonitorConfig(enabled=True, **monitor, events_path=str(events) if events else None, standby=standby)
-    runtime = replace(RuntimeExtConfig.from_env(), quant_policy=QuantPolicy("w8a8_dynamic"), quant_monitor=config)
+    runtime = replace(
+        RuntimeExtConfig.from_env(), quant_policy=QuantPolicy("w8a8_dynamic", keep=tuple(keep)), quant_monitor=config
+    )
     runtime.export()
     options = EngineOptions(
         model_path=model,
@@ -157,12 +129,12 @@ def perplexity(engine, windows: list[list[int]], after_each=lambda: None) -> flo
     return math.exp(-sum(logprobs) / len(logprobs))
 
 
-def effect_row(model: Path, kind: str, warmup: list[list[int]], held: list[list[int]]) -> dict:
+def effect_row(model: Path, kind: str, warmup: list[list[int]], held: list[list[int]], keep=()) -> dict:
     """Warm-up requests (rates recorded after each), then held-out perplexity."""
     events = WORK / f"events-{kind}.jsonl"
     events.unlink(missing_ok=True)
     monitor = {**DEFAULT, "standby_all": True} if kind == "INT8 + online fallback" else None
-    engine = start_engine(model, kind != "bf16", monitor, events)
+    engine = start_engine(model, not kind.startswith("bf16"), monitor, events, keep)
     try:
         history: list[dict[str, float]] = []
 
@@ -178,7 +150,8 @@ def effect_row(model: Path, kind: str, warmup: list[list[int]], held: list[list[
     finally:
         engine.shutdown()
     lines = events.read_text().splitlines() if events.is_file() else []
-    return {"ppl": ppl, "history": history, "report": report, "events": [json.loads(line) for line in lines]}
+    events = [json.loads(line) for line in lines]
+    return {"ppl": ppl, "history": history, "report": report, "events": events, "keep": list(keep)}
 
 
 def select_cost() -> dict[str, float]:
@@ -199,18 +172,20 @@ def select_cost() -> dict[str, float]:
     return out
 
 
-def plot(history: list[dict[str, float]], events: list[dict], warmup: int, path: Path) -> None:
+def plot(history: list[dict[str, float]], events: list[dict], warmup: int, path: Path, seeded=()) -> None:
+    """Each tripped module's window rate per request (the ``seeded`` ones first, bold), ▼ at its fallback."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    tripped = sorted({e["module"] for e in events if e["kind"] == "fallback"})
     switched = {e["module"]: e["step"] - 1 for e in events if e["kind"] == "fallback"}  # one step per request
+    tripped = sorted(switched, key=lambda m: (m not in seeded, m))
     fig, ax = plt.subplots(figsize=(9, 4.5))
     for name in tripped[:12]:
         rates = [100 * h.get(name, 0.0) for h in history]
-        (line,) = ax.plot(rates, label=name.replace("model.layers.", "L"), lw=1)
+        label = name.replace("model.layers.", "L") + (" (seeded)" if name in seeded else "")
+        (line,) = ax.plot(rates, label=label, lw=2.2 if name in seeded else 1)
         at = min(switched[name], len(rates) - 1)
         ax.plot([at], [rates[at]], marker="v", ms=7, color=line.get_color())  # the fallback
     ax.axhline(100 * DEFAULT["rate_threshold"], color="k", ls="--", lw=0.8, label="rate threshold")
@@ -225,17 +200,7 @@ def plot(history: list[dict[str, float]], events: list[dict], warmup: int, path:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--windows", type=int, default=8)
-    parser.add_argument("--window", type=int, default=512)
-    parser.add_argument("--warmup", type=int, default=24, help="warm-up requests of 128 calibration tokens")
-    parser.add_argument("--skip-overhead", action="store_true")
-    parser.add_argument("--boost", type=float, default=COMMA_BOOST, help="the massive activation, × the row RMS")
-    parser.add_argument(
-        "--drift", action="store_true", help="warm up on text without ',' (traffic changes at the held-out text)"
-    )
-    args = parser.parse_args()
-    globals()["COMMA_BOOST"] = args.boost
+    args = parse_args()
     from transformers import AutoTokenizer
 
     from assets import calibration_text, eval_text, fetch
@@ -251,16 +216,48 @@ def main() -> None:
     console = Console(width=160)
     if not args.skip_overhead:
         print_overhead(console, overhead(base, held))
-    model = spiked_copy(base)
+    model, title, tag = workload(args, base, warmup)
     rows = {k: effect_row(model, k, warmup, held) for k in ("all INT8", "INT8 + online fallback", "bf16")}
-    print_effect(console, rows, held)
+    if args.workload == "channel":  # how much of it the seeded modules carry; bf16 of the copy = the original's
+        seeded = [f"model.layers.{i}.mlp.down_proj" for i in args.layers.split(",")]
+        rows["INT8, only the seeded down_proj in bf16"] = effect_row(model, "seeded", warmup, held, seeded)
+        rows["bf16, the original model"] = effect_row(base, "bf16 original", warmup, held)
+    print_effect(console, rows, f"{title}, {len(held)}×{len(held[0])} held-out tokens after the warm-up")
     fallback = rows["INT8 + online fallback"]
-    (WORK / f"fallback-{COMMA_BOOST:g}{'-drift' if args.drift else ''}.json").write_text(
-        json.dumps({k: fallback[k] for k in ("history", "events")})
-    )
-    name = "quant_monitor_rates_drift.png" if args.drift else "quant_monitor_rates.png"
-    plot(fallback["history"], fallback["events"], len(warmup), ROOT / "docs" / "img" / name)
+    (WORK / f"fallback-{tag}.json").write_text(json.dumps({k: fallback[k] for k in ("history", "events")}))
+    stem = "quant_monitor_rates" + ("_channel" if args.workload == "channel" else "") + ("_drift" if args.drift else "")
+    seeded = rows.get("INT8, only the seeded down_proj in bf16", {}).get("keep", ())
+    plot(fallback["history"], fallback["events"], len(warmup), ROOT / "docs" / "img" / f"{stem}.png", seeded)
     print_switch(console, fallback["events"], select_cost())
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--windows", type=int, default=8)
+    parser.add_argument("--window", type=int, default=512)
+    parser.add_argument("--warmup", type=int, default=24, help="warm-up requests of 128 calibration tokens")
+    parser.add_argument("--skip-overhead", action="store_true")
+    parser.add_argument("--workload", choices=("comma", "channel"), default="comma", help="which model copy")
+    parser.add_argument("--boost", type=float, default=40.0, help="comma: the massive activation, × the row RMS")
+    parser.add_argument("--layers", default="2,9,16", help="channel: the layers whose down_proj input gets one")
+    parser.add_argument("--scale", type=float, default=256.0, help="channel: the neuron's factor (a power of two)")
+    parser.add_argument(
+        "--drift", action="store_true", help="warm up on text without ',' (traffic changes at the held-out text)"
+    )
+    return parser.parse_args()
+
+
+def workload(args: argparse.Namespace, base: Path, warmup: list[list[int]]) -> tuple[Path, str, str]:
+    """The model copy, its table title and its file tag."""
+    from quant_monitor_models import channel_copy, comma_copy
+
+    drift = "-drift" if args.drift else ""
+    if args.workload == "comma":
+        title = f"SmolLM2 with a massive activation on ',' (+{args.boost:g}× row RMS)"
+        return comma_copy(base, WORK, args.boost), title, f"comma-{args.boost:g}{drift}"
+    layers = [int(x) for x in args.layers.split(",")]
+    title = f"SmolLM2 with an outlier channel (×{args.scale:g}) at down_proj's input in layers {args.layers}"
+    return channel_copy(base, WORK, warmup, layers, args.scale), title, f"channel{drift}"
 
 
 def print_overhead(console: Console, best: dict[str, dict[str, float]]) -> None:
@@ -273,20 +270,22 @@ def print_overhead(console: Console, best: dict[str, dict[str, float]]) -> None:
     console.print(table)
 
 
-def print_effect(console: Console, rows: dict[str, dict], held: list[list[int]]) -> None:
-    table = Table(
-        title=f"Fallback effect: SmolLM2 with a massive activation on ',' (+{COMMA_BOOST:g}× row RMS), "
-        f"{len(held)}×{len(held[0])} held-out tokens after the warm-up"
-    )
+def print_effect(console: Console, rows: dict[str, dict], title: str) -> None:
+    table = Table(title=f"Fallback effect: {title}")
     for col in ("row", "perplexity", "gap to bf16 closed", "modules on high precision"):
         table.add_column(col, justify="right")
     int8, bf16 = rows["all INT8"]["ppl"], rows["bf16"]["ppl"]
     for name, r in rows.items():
         closed = (int8 - r["ppl"]) / (int8 - bf16) if int8 != bf16 else float("nan")
         fell = [e["module"] for e in r["events"] if e["kind"] == "fallback"]
-        kinds = sorted({m.rpartition(".")[2] for m in fell})
-        table.add_row(name, f"{r['ppl']:.3f}", f"{closed:.0%}", f"{len(fell)} ({', '.join(kinds)})" if fell else "-")
+        kinds = sorted({m.rpartition(".")[2] for m in fell + r["keep"]})
+        held_high = f"{len(fell)} fell back" if fell else f"{len(r['keep'])} kept" if r["keep"] else ""
+        table.add_row(name, f"{r['ppl']:.3f}", f"{closed:.0%}", f"{held_high} ({', '.join(kinds)})" if kinds else "-")
     console.print(table)
+    seeded = next((r["keep"] for r in rows.values() if r["keep"]), [])
+    steps = {e["module"]: e["step"] for e in rows["INT8 + online fallback"]["events"] if e["kind"] == "fallback"}
+    for module in seeded:
+        console.print(f"  seeded {module}: fell back at step {steps.get(module, 'never')}")
 
 
 def print_switch(console: Console, events: list[dict], cost: dict[str, float]) -> None:
