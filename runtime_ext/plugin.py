@@ -97,7 +97,7 @@ def register() -> None:
     from runtime_ext.admission import sglang_adder as admission
     from runtime_ext.attention import native
     from runtime_ext.config import RuntimeExtConfig
-    from runtime_ext.fixes import min_p_seed, sampling_seed
+    from runtime_ext.fixes import grammar_token_sync, min_p_seed, sampling_seed
     from runtime_ext.kv_cache import sglang_hooks as kv_hooks
     from runtime_ext.parsers.sglang_adapter import register_tool_parsers
     from runtime_ext.prefix_cache import sglang_backend as prefix_backend
@@ -107,6 +107,7 @@ def register() -> None:
     HookRegistry.register(_INTERNAL_STATE_TARGET, _add_report, HookType.AFTER)
     sampling_seed.register(HookRegistry, HookType)
     min_p_seed.register(HookRegistry, HookType)  # min_p with the seeds above (else an assertion)
+    grammar_token_sync.register(HookRegistry, HookType)  # no all-reduce of grammar tokens on one rank
     kv_hooks.register(HookRegistry, HookType, state.kv_cache)  # kv_cache_dtype="c8_dynamic"
     native.register(state.attention)  # torch_native attention: new queries only, gathered KV rows, batched decode
     quant_methods.register(HookRegistry, HookType, state.quant)  # quantization="structserve_w8a8_dynamic" etc.
