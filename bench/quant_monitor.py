@@ -150,8 +150,8 @@ def effect_row(model: Path, kind: str, warmup: list[list[int]], held: list[list[
     finally:
         engine.shutdown()
     lines = events.read_text().splitlines() if events.is_file() else []
-    events = [json.loads(line) for line in lines]
-    return {"ppl": ppl, "history": history, "report": report, "events": events, "keep": list(keep)}
+    recorded = [json.loads(line) for line in lines]
+    return {"ppl": ppl, "history": history, "report": report, "events": recorded, "keep": list(keep)}
 
 
 def select_cost() -> dict[str, float]:
