@@ -7,9 +7,12 @@
 2. Compile: ``grammars.compile.GrammarCompiler`` (the service's bounded compiler, same
    xgrammar settings as SGLang) over the 37 test schemas: cold compile, then the cached
    lookup; and the tool-call grammar for 64 tools (qwen and generic formats).
+3. ``--engine``: decode 1 again without HTTP or the service (an in-process ``sglang.Engine``,
+   batch = concurrency), to separate the scheduler's grammar cost from the serving path's.
 
     .venv/bin/python bench/structured_overhead.py
     .venv/bin/python bench/structured_overhead.py --rounds 3 --max-tokens 96 --skip-decode
+    .venv/bin/python bench/structured_overhead.py --rounds 8 --tools 4 --engine   # + the engine alone
 """
 
 from __future__ import annotations
@@ -111,6 +114,36 @@ def decode_table(model: Path, rounds: int, max_tokens: int, concurrency: list[in
     return table
 
 
+def engine_table(model: Path, rounds: int, max_tokens: int, concurrency: list[int]) -> Table:
+    """The same comparison without HTTP or the service: an in-process ``sglang.Engine`` with the
+    service's engine settings, batch = concurrency, ``ignore_eos``; ms per step (wall / tokens)."""
+    from service.engine import EngineOptions, prepare_process_env
+    from service.settings import EngineSettings
+
+    prepare_process_env("cpu")
+    import sglang
+
+    engine = sglang.Engine(**EngineOptions(model_path=model, dtype="bfloat16", engine=EngineSettings()).engine_kwargs())
+    table = Table(title=f"engine only (no HTTP): ms per decode step, free vs json_schema, {rounds} alternating rounds")
+    for col in ("batch", "free ms/step (median)", "json_schema ms/step (median)", "overhead"):
+        table.add_column(col, justify="right")
+    base = {"max_new_tokens": max_tokens, "temperature": 0, "ignore_eos": True}
+    constrained = {**base, "json_schema": json.dumps(LONG_STRING)}
+    try:
+        engine.generate([PROMPT], {**constrained, "max_new_tokens": 4})  # compile, caches
+        for batch in concurrency:
+            prompts = [f"{PROMPT} ({i})" for i in range(batch)]
+            times: dict[bool, list[float]] = {False: [], True: []}
+            for r in tqdm(range(rounds), desc=f"engine batch {batch}"):
+                for c in (False, True) if r % 2 == 0 else (True, False):
+                    times[c].append(_timed(lambda: engine.generate(prompts, constrained if c else base)) / max_tokens)
+            free, json_ = statistics.median(times[False]) * 1e3, statistics.median(times[True]) * 1e3
+            table.add_row(str(batch), f"{free:.2f}", f"{json_:.2f}", f"{(json_ / free - 1) * 100:+.1f}%")
+    finally:
+        engine.shutdown()
+    return table
+
+
 def _many_tools(n: int) -> list:
     from grammars.tool_calls import ToolSpec
 
@@ -166,6 +199,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--tools", type=int, default=64)
     parser.add_argument("--skip-decode", action="store_true")
+    parser.add_argument("--engine", action="store_true", help="also the engine alone (in-process, no HTTP)")
     args = parser.parse_args()
     from assets import fetch
 
@@ -174,6 +208,8 @@ def main() -> None:
     console.print(compile_table(model, args.tools))
     if not args.skip_decode:
         console.print(decode_table(model, args.rounds, args.max_tokens, args.concurrency))
+    if args.engine:
+        console.print(engine_table(model, args.rounds, args.max_tokens, args.concurrency))
 
 
 if __name__ == "__main__":
