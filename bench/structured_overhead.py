@@ -114,31 +114,46 @@ def decode_table(model: Path, rounds: int, max_tokens: int, concurrency: list[in
     return table
 
 
+ENGINE_SCHEMAS = {  # the counted string of the HTTP bench, and the same object without the count
+    "story, minLength 1500": LONG_STRING,
+    "story, no minLength": {**LONG_STRING, "properties": {"story": {"type": "string"}}},
+}
+
+
 def engine_table(model: Path, rounds: int, max_tokens: int, concurrency: list[int]) -> Table:
     """The same comparison without HTTP or the service: an in-process ``sglang.Engine`` with the
-    service's engine settings, batch = concurrency, ``ignore_eos``; ms per step (wall / tokens)."""
+    service's engine settings, batch = concurrency, distinct chat-templated prompts (so the model
+    writes prose, as over HTTP), ``ignore_eos``; ms per step (wall / tokens). Two schemas: the
+    HTTP bench's counted string and the same string without ``minLength``."""
+    from transformers import AutoTokenizer
+
     from service.engine import EngineOptions, prepare_process_env
     from service.settings import EngineSettings
 
     prepare_process_env("cpu")
     import sglang
 
+    tok = AutoTokenizer.from_pretrained(str(model))
     engine = sglang.Engine(**EngineOptions(model_path=model, dtype="bfloat16", engine=EngineSettings()).engine_kwargs())
     table = Table(title=f"engine only (no HTTP): ms per decode step, free vs json_schema, {rounds} alternating rounds")
-    for col in ("batch", "free ms/step (median)", "json_schema ms/step (median)", "overhead"):
+    for col in ("batch", "schema", "free ms/step (median)", "json_schema ms/step (median)", "overhead"):
         table.add_column(col, justify="right")
     base = {"max_new_tokens": max_tokens, "temperature": 0, "ignore_eos": True}
-    constrained = {**base, "json_schema": json.dumps(LONG_STRING)}
     try:
-        engine.generate([PROMPT], {**constrained, "max_new_tokens": 4})  # compile, caches
         for batch in concurrency:
-            prompts = [f"{PROMPT} ({i})" for i in range(batch)]
-            times: dict[bool, list[float]] = {False: [], True: []}
-            for r in tqdm(range(rounds), desc=f"engine batch {batch}"):
-                for c in (False, True) if r % 2 == 0 else (True, False):
-                    times[c].append(_timed(lambda: engine.generate(prompts, constrained if c else base)) / max_tokens)
-            free, json_ = statistics.median(times[False]) * 1e3, statistics.median(times[True]) * 1e3
-            table.add_row(str(batch), f"{free:.2f}", f"{json_:.2f}", f"{(json_ / free - 1) * 100:+.1f}%")
+            chats = [[{"role": "user", "content": f"{PROMPT} ({i})"}] for i in range(batch)]
+            prompts = [tok.apply_chat_template(c, tokenize=False, add_generation_prompt=True) for c in chats]
+            for name, schema in ENGINE_SCHEMAS.items():
+                constrained = {**base, "json_schema": json.dumps(schema)}
+                engine.generate(prompts[:1], {**constrained, "max_new_tokens": 4})  # compile, caches
+                times: dict[bool, list[float]] = {False: [], True: []}
+                for r in tqdm(range(rounds), desc=f"engine batch {batch}, {name}"):
+                    for c in (False, True) if r % 2 == 0 else (True, False):
+                        times[c].append(
+                            _timed(lambda: engine.generate(prompts, constrained if c else base)) / max_tokens
+                        )
+                free, json_ = statistics.median(times[False]) * 1e3, statistics.median(times[True]) * 1e3
+                table.add_row(str(batch), name, f"{free:.2f}", f"{json_:.2f}", f"{(json_ / free - 1) * 100:+.1f}%")
     finally:
         engine.shutdown()
     return table
