@@ -19,6 +19,7 @@ libraries emit compact JSON with ``", "``/``": "`` separators (the service's set
 
     .venv/bin/python bench/grammar_backends.py            # table + docs/img/grammar_backends.png
     .venv/bin/python bench/grammar_backends.py --suite-limit 60
+    .venv/bin/python bench/grammar_backends.py --corpora counted --png /tmp/counted.png   # counted strings only
 """
 
 from __future__ import annotations
@@ -228,10 +229,42 @@ def tool_cases(n: int) -> list[Case]:
     return [Case(f"{n} tools, qwen, required", None, text, xgrammar=("structural_tag", tag), lark=lark)]
 
 
+def counted_cases() -> list[Case]:
+    """One string property, plain and counted (``structured_overhead.py`` forces its length with
+    ``minLength: 1500``), walked over ~2,000 characters of held-out prose."""
+    from assets import eval_text
+
+    prose = " ".join(eval_text()[5000:9000].split()).replace('"', "'")[:2000]
+    text = json.dumps({"story": prose}, separators=(", ", ": "))
+    cases = []
+    for name, bound in (
+        ("plain", {}),
+        ("minLength 1500", {"minLength": 1500}),
+        ("maxLength 3000", {"maxLength": 3000}),
+    ):
+        story = {"type": "string", **bound}
+        schema = {
+            "type": "object",
+            "properties": {"story": story},
+            "required": ["story"],
+            "additionalProperties": False,
+        }
+        cases.append(Case(f"story, {name}", schema, text))
+    return cases
+
+
+CORPORA = ("test", "suite", "tools", "counted")
+
+
 def corpora(args: argparse.Namespace) -> Iterator[tuple[str, list[Case]]]:
-    yield "test corpus", corpus_cases()
-    yield "JSON-Schema-Test-Suite", suite_cases(args.suite_limit)
-    yield f"{args.tools}-tool call grammar", tool_cases(args.tools)
+    if "test" in args.corpora:
+        yield "test corpus", corpus_cases()
+    if "suite" in args.corpora:
+        yield "JSON-Schema-Test-Suite", suite_cases(args.suite_limit)
+    if "tools" in args.corpora:
+        yield f"{args.tools}-tool call grammar", tool_cases(args.tools)
+    for case in counted_cases() if "counted" in args.corpora else []:
+        yield f"counted string: {case.name}", [case]
 
 
 def table(results: dict[tuple[str, str], Row]) -> Table:
@@ -273,6 +306,7 @@ def main() -> None:
     parser.add_argument("--model", type=Path, default=None, help="tokenizer/model dir (default: SmolLM2)")
     parser.add_argument("--suite-limit", type=int, default=None, help="first N suite schemas only")
     parser.add_argument("--tools", type=int, default=64)
+    parser.add_argument("--corpora", nargs="+", choices=CORPORA, default=list(CORPORA))
     parser.add_argument("--png", type=Path, default=ROOT / "docs" / "img" / "grammar_backends.png")
     args = parser.parse_args()
     from assets import fetch
