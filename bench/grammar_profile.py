@@ -75,7 +75,7 @@ def window(server: ServerProcess, conc: int, seconds: float, constrained: bool) 
 
 def profiled(pid: int, seconds: float, out: Path, run) -> None:
     """``run()`` while py-spy samples ``pid`` (non-blocking: the process is not paused)."""
-    spy = [sys.executable.replace("python", "py-spy"), "record", "-p", str(pid), "-d", str(int(seconds) + 1)]
+    spy = [str(Path(sys.executable).with_name("py-spy")), "record", "-p", str(pid), "-d", str(int(seconds) + 1)]
     proc = subprocess.Popen(
         spy + ["--nonblocking", "-r", "100", "-f", "raw", "-o", str(out)], stdout=subprocess.DEVNULL
     )

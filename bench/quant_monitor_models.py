@@ -19,6 +19,7 @@ Two ways to give SmolLM2-135M the activation outliers an online monitor is for:
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -105,7 +106,7 @@ def channel_copy(base: Path, work: Path, calib: list[list[int]], layers: list[in
     out = work / f"smollm2-channel-{'-'.join(map(str, layers))}-x{scale:g}"
     if (out / "config.json").is_file():
         return out
-    if scale <= 0 or 2 ** round(__import__("math").log2(scale)) != scale:
+    if scale <= 0 or 2 ** round(math.log2(scale)) != scale:
         raise ValueError(f"--scale must be a power of two (bf16 stays exact), got {scale}")
     tensors = load_file(str(base / "model.safetensors"))
     acts = down_proj_inputs(base, calib, layers)
