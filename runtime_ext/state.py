@@ -90,6 +90,22 @@ class AttentionStats:
         return asdict(self)
 
 
+@dataclass
+class GrammarStats:
+    """Grammars SGLang's grammar backend built in this scheduler, per library (each one a
+    tokenizer-bound compile; SGLang's cache hits are not counted), and the seconds they took."""
+
+    compiles: dict[str, int] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def observe(self, library: str, seconds: float) -> None:
+        self.compiles[library] = self.compiles.get(library, 0) + 1
+        self.seconds[library] = self.seconds.get(library, 0.0) + seconds
+
+    def report(self) -> dict:
+        return {"compiles": dict(self.compiles), "seconds": {k: round(v, 6) for k, v in self.seconds.items()}}
+
+
 QUEUE_TIME_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 
@@ -135,4 +151,5 @@ class PluginState:
     prefix_cache: PrefixStats = field(default_factory=PrefixStats)
     admission: AdmissionStats = field(default_factory=AdmissionStats)
     attention: AttentionStats = field(default_factory=AttentionStats)
+    grammar: GrammarStats = field(default_factory=GrammarStats)
     registered_pids: set[int] = field(default_factory=set)

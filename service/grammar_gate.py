@@ -6,11 +6,18 @@ invalid or pathological schema there has crashed engines elsewhere. The service
 therefore compiles every constraint first with the same xgrammar settings, in a
 worker process it can kill (grammars/compile.py); only constraints that compile
 reach the engine, and SGLang's own grammar cache then makes its compile cheap.
+
+With ``grammar.backend: llguidance`` a tool-call grammar or JSON schema that llguidance takes
+exactly (``grammars/llguidance_route.py``) skips that compile: it is translated and validated
+here (no tokenizer, tens of ms) and built once, lazily, in the scheduler. llguidance works
+under its own per-step limits (``LLParserLimits``), and a limit hit mid-generation ends that
+request (``runtime_ext/grammar_route.py``), so no unbounded compile runs in the scheduler.
 """
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 
 from grammars.compile import CompileStats
@@ -22,10 +29,21 @@ from service.types import DecodeConstraint
 
 
 class GrammarService:
-    def __init__(self, tokenizer_dir: Path, vocab: VocabFacts, *, timeout_s: float, cache_size: int):
+    def __init__(
+        self,
+        tokenizer_dir: Path,
+        vocab: VocabFacts,
+        *,
+        timeout_s: float,
+        cache_size: int,
+        backend: str = "xgrammar",
+    ):
         from grammars.compile import GrammarCompiler
+        from grammars.llguidance_route import LarkRouter
 
         self._compiler = GrammarCompiler(tokenizer_dir, vocab, timeout_s=timeout_s, cache_size=cache_size)
+        llguidance = backend == "llguidance"
+        self._router = LarkRouter(tokenizer_dir / "tokenizer.json", cache_size) if llguidance else None
         self._compile = {
             "json_schema": self._compiler.compile_json_schema,
             "structural_tag": self._compiler.compile_structural_tag,
@@ -33,9 +51,17 @@ class GrammarService:
             "regex": self._compiler.compile_regex,
         }
 
-    async def ensure_compiles(self, constraint: DecodeConstraint) -> None:
-        """Raises grammars.errors.GrammarError subclasses (mapped to 400 by the API), or
+    async def ensure_compiles(self, constraint: DecodeConstraint) -> DecodeConstraint:
+        """The constraint to send to the engine: a tool-call structural tag or JSON schema that
+        llguidance takes exactly becomes its Lark grammar (``grammar.backend: llguidance``;
+        SGLang compiles it once, lazily); anything else is compiled here first (xgrammar).
+        Raises grammars.errors.GrammarError subclasses (mapped to 400 by the API), or
         ``CompilerBusyServiceError`` (503) when the machine is too busy to compile in time."""
+        if self._router is not None:
+            lark = await asyncio.to_thread(self._router.route, constraint.kind, constraint.value)
+            if lark is not None:
+                GRAMMAR_CACHE.labels(kind="llguidance_lark", result="routed").inc()
+                return replace(constraint, kind="ebnf", value=lark)
         try:
             stats = await self._compiled(constraint)
         except CompilerBusyError as exc:
@@ -43,6 +69,7 @@ class GrammarService:
         GRAMMAR_CACHE.labels(kind=constraint.kind, result="hit" if stats.cache_hit else "miss").inc()
         if not stats.cache_hit:
             GRAMMAR_COMPILE_SECONDS.labels(kind=constraint.kind).observe(stats.seconds)
+        return constraint
 
     async def _compiled(self, constraint: DecodeConstraint) -> CompileStats:
         try:

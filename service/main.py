@@ -39,7 +39,9 @@ async def _load(state: ServiceState, model_dir: Path, on_failure: Any) -> None:
         restore_logging()
         state.engine = engine
         g = state.settings.grammar
-        state.grammar = GrammarService(model_dir, info.vocab, timeout_s=g.compile_timeout_s, cache_size=g.cache_size)
+        state.grammar = GrammarService(
+            model_dir, info.vocab, timeout_s=g.compile_timeout_s, cache_size=g.cache_size, backend=g.backend
+        )
         state.context_length = engine.context_length
         report = await engine.plugin_report()
         limits = ServingLimits(

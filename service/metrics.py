@@ -59,6 +59,13 @@ ATTENTION = Gauge(
     ["impl", "path"],
     registry=REGISTRY,
 )
+ENGINE_GRAMMARS = Gauge(
+    "structserve_engine_grammar_compiles",
+    "Grammars SGLang's grammar backend built in the scheduler (tokenizer-bound compiles, cache hits "
+    "not counted), by library: xgrammar, or llguidance for the Lark grammars the service routes to it",
+    ["library"],
+    registry=REGISTRY,
+)
 KV_POOL_BYTES = Gauge(
     "structserve_kv_pool_bytes", "KV pool memory as allocated (values, scales, side buffers)", registry=REGISTRY
 )

@@ -72,6 +72,10 @@ class GrammarSettings(BaseModel):
     compile_timeout_s: float = Field(10.0, gt=0)
     cache_size: int = Field(512, ge=1)
     allow_schema_loosening: bool = False
+    # tool-call and response_format JSON grammars: llguidance when it takes them exactly
+    # (compiled lazily, once, in SGLang's scheduler), else xgrammar; "xgrammar": always
+    # xgrammar. Regex, EBNF and Lark patterns stay xgrammar (docs/benchmarks.md, issue 19)
+    backend: Literal["llguidance", "xgrammar"] = "llguidance"
 
 
 class ReasoningSettings(BaseModel):

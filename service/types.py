@@ -373,10 +373,11 @@ class ChatTemplate(Protocol):
 
 
 class GrammarChecker(Protocol):
-    """Compiles a constraint ahead of the engine (bounded time, cached); raises
-    grammars.errors.GrammarError subclasses for constraints that cannot be enforced."""
+    """Compiles a constraint ahead of the engine (bounded time, cached) and returns the one
+    to send (the same, or its llguidance form); raises grammars.errors.GrammarError
+    subclasses for constraints that cannot be enforced."""
 
-    async def ensure_compiles(self, constraint: DecodeConstraint) -> None: ...
+    async def ensure_compiles(self, constraint: DecodeConstraint) -> DecodeConstraint: ...
 
 
 class EngineClient(Protocol):

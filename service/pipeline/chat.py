@@ -67,7 +67,7 @@ class ChatPipeline:
         prompt = build_prompt(request, self.template)
         plan = make_plan(request, prompt, self.limits, constraint)
         if constraint is not None:  # last: the only stage that may take real time
-            await self.grammar.ensure_compiles(constraint)
+            plan = replace(plan, constraint=await self.grammar.ensure_compiles(constraint))
         return PreparedChat(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), request, plan)
 
     def output(self, chat: PreparedChat) -> ChoiceOutput:

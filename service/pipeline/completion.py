@@ -12,7 +12,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from service import metrics
 from service.pipeline.chat import ChatPipeline, PreparedChat, merge_choices
@@ -44,8 +44,9 @@ class CompletionPipeline:
         constraint = build_constraint(request, c.default_loosening)
         prompts = completion_prompts(raw.prompt, c.template, c.limits.vocab_size)
         plans = [make_plan(request, p, c.limits, constraint) for p in prompts]
-        if constraint is not None:
-            await c.grammar.ensure_compiles(constraint)
+        if constraint is not None:  # last: the only stage that may take real time
+            served = await c.grammar.ensure_compiles(constraint)
+            plans = [replace(plan, constraint=served) for plan in plans]
         rid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
         texts = [raw.prompt] if isinstance(raw.prompt, str) else [None] * len(prompts)
         echoes = tuple(

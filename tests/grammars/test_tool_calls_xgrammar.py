@@ -1,8 +1,10 @@
-"""Tool-call constraints compiled by real xgrammar on the tiny Qwen3 tokenizer.
+"""Tool-call constraints compiled by real xgrammar, and by real llguidance after
+``grammars.llguidance_lark``'s translation, on the tiny Qwen3 tokenizer.
 
-Each candidate output is tokenized and walked token by token through a
-GrammarMatcher; "accepted" means every token is allowed and EOS then terminates.
-Accepted outputs are parsed back with our parser (round trip).
+Each candidate output is tokenized and walked token by token through a matcher;
+"accepted" means every token is allowed (in the mask, for llguidance) and EOS then
+terminates. Accepted outputs are parsed back with our parser (round trip). Every test
+runs on both libraries: the translation must accept and refuse the same outputs.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from assets import default_cache_dir
+from grammars.llguidance_lark import structural_tag_to_lark, text_tokens
 from grammars.tool_calls import ToolSpec, tool_call_constraint
 from runtime_ext.formats import get_format, render_calls
 from runtime_ext.parsers import parse
@@ -49,13 +52,19 @@ def json_grammar(schema: dict[str, Any]) -> str:
     return str(xgr.Grammar.from_json_schema(json.dumps(schema), any_whitespace=False))
 
 
+def _tokenizer() -> Any:
+    if not (TOKENIZER_DIR / "tokenizer.json").exists():
+        pytest.fail(f"tiny Qwen3 tokenizer not fetched ({TOKENIZER_DIR}); run `make assets`")
+    return transformers.AutoTokenizer.from_pretrained(TOKENIZER_DIR)
+
+
 class Walker:
-    """Compiles constraints and walks candidate outputs token by token."""
+    """Compiles constraints with xgrammar and walks candidate outputs token by token."""
+
+    exact_json = True  # honours ``json_grammar`` (SGLang's whitespace-free JSON)
 
     def __init__(self) -> None:
-        if not (TOKENIZER_DIR / "tokenizer.json").exists():
-            pytest.fail(f"tiny Qwen3 tokenizer not fetched ({TOKENIZER_DIR}); run `make assets`")
-        self.tokenizer = transformers.AutoTokenizer.from_pretrained(TOKENIZER_DIR)
+        self.tokenizer = _tokenizer()
         info = xgr.TokenizerInfo.from_huggingface(self.tokenizer)
         self.compiler = xgr.GrammarCompiler(info, cache_enabled=False)
 
@@ -70,13 +79,80 @@ class Walker:
         return matcher.accept_token(self.tokenizer.eos_token_id) and matcher.is_terminated()
 
 
-@pytest.fixture(scope="module")
-def walker() -> Walker:
-    return Walker()
+class GuidanceWalker:
+    """The same constraint translated to llguidance Lark (what the service sends when
+    ``grammar.backend`` is llguidance). ``json_grammar`` is an EBNF element the
+    translation refuses, and the service never passes it: it is dropped here, so the
+    arguments keep the bounded whitespace the service serves."""
+
+    exact_json = False
+
+    def __init__(self) -> None:
+        from llguidance.hf import from_tokenizer
+
+        self.tokenizer = _tokenizer()
+        self.ll_tokenizer = from_tokenizer(self.tokenizer, eos_token=self.tokenizer.eos_token_id)
+        self.tokens = text_tokens(json.loads((TOKENIZER_DIR / "tokenizer.json").read_text()))
+
+    def compile(self, fmt: str, tools: list[ToolSpec], mode: str, **kwargs: Any) -> str:
+        kwargs.pop("json_grammar", None)
+        return structural_tag_to_lark(tool_call_constraint(fmt, tools, mode, **kwargs).value, self.tokens)
+
+    def spelled(self, text: str) -> list[int]:
+        """Hugging Face's tokens of ``text``, except that an added token inside a JSON string
+        is spelled one character at a time: llguidance never lets an added token stand inside
+        a JSON string (the text stays writable), while a literal that spells one (a marker
+        such as ``<tool_call>``) is that token, as the model writes it."""
+        added, ids, quoted, escaped = set(self.tokens.values()), [], False, False
+        for token in self.tokenizer.encode(text, add_special_tokens=False):
+            piece = self.tokenizer.decode([token])
+            if token in added and quoted:
+                ids += [t for c in piece for t in self.tokenizer.encode(c, add_special_tokens=False)]
+                continue
+            ids.append(token)
+            for c in piece:
+                quoted, escaped = (quoted != (c == '"' and not escaped)), (c == "\\" and not escaped)
+        return ids
+
+    def accepts(self, grammar: str, text: str, tokens: list[int] | None = None) -> bool:
+        """``text`` as llguidance tokenizes text (added tokens spelled out: llguidance never
+        lets an added token stand inside a JSON string), or the given ``tokens``."""
+        from llguidance import LLMatcher
+        from llguidance.torch import allocate_token_bitmask, fill_next_token_bitmask
+
+        matcher = LLMatcher(self.ll_tokenizer, LLMatcher.grammar_from_lark(grammar), log_level=0)
+        assert not matcher.is_error(), matcher.get_error()
+        mask = allocate_token_bitmask(1, self.ll_tokenizer.vocab_size)
+        tokens = self.spelled(text) if tokens is None else tokens
+        for token in [*tokens, self.tokenizer.eos_token_id]:
+            fill_next_token_bitmask(matcher, mask, 0)
+            if not (int(mask[0, token // 32]) >> (token % 32)) & 1 or not matcher.consume_token(token):
+                return False
+        return matcher.is_stopped() and not matcher.is_error()
+
+
+@pytest.fixture(scope="module", params=["xgrammar", "llguidance"])
+def walker(request: pytest.FixtureRequest) -> Walker | GuidanceWalker:
+    return Walker() if request.param == "xgrammar" else GuidanceWalker()
 
 
 def rendered(fmt: str, calls: list[tuple[str, str]]) -> str:
     return render_calls(get_format(fmt), calls)
+
+
+@pytest.mark.parametrize("mode", ["required", "auto"])
+def test_llguidance_takes_qwen_markers_as_the_tokens_the_model_writes(mode: str) -> None:
+    """Qwen writes ``<tool_call>`` as one added token (not special in tokenizer.json), which
+    xgrammar matches by its text and llguidance only as ``<[id]>``: the translation allows both."""
+    walker = GuidanceWalker()
+    text = ("Checking.\n" if mode == "auto" else "") + rendered("qwen", GOOD[:2])
+    ids = walker.tokenizer.encode(text, add_special_tokens=False)
+    assert walker.tokens["<tool_call>"] in ids and walker.tokens["</tool_call>"] in ids
+    grammar = walker.compile("qwen", TOOLS, mode)
+    assert walker.accepts(grammar, text, ids)
+    assert not walker.accepts(
+        grammar, text.replace("noop", "nop"), walker.tokenizer.encode(text.replace("noop", "nop"))
+    )
 
 
 @pytest.mark.parametrize("injected", [False, True], ids=["json_schema", "json_grammar"])
@@ -151,9 +227,10 @@ def test_argument_whitespace(walker: Walker, fmt: str) -> None:
     compact_sglang = rendered(fmt, [("get_weather", '{"city": "P", "days": 1}')])
     no_spaces = rendered(fmt, [("get_weather", '{"city":"P","days":1}')])
     wide = rendered(fmt, [("get_weather", '{"city":   "P"}')])
-    exact = walker.compile(fmt, TOOLS, "required", json_grammar=json_grammar)
-    assert walker.accepts(exact, compact_sglang)
-    assert not walker.accepts(exact, no_spaces) and not walker.accepts(exact, wide)
+    if walker.exact_json:
+        exact = walker.compile(fmt, TOOLS, "required", json_grammar=json_grammar)
+        assert walker.accepts(exact, compact_sglang)
+        assert not walker.accepts(exact, no_spaces) and not walker.accepts(exact, wide)
     bounded = walker.compile(fmt, TOOLS, "required")
     assert walker.accepts(bounded, compact_sglang) and walker.accepts(bounded, no_spaces)
     assert not walker.accepts(bounded, wide)

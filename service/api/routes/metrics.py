@@ -45,6 +45,8 @@ def _plugin_gauges(report: dict) -> None:
         m.ATTENTION.labels(impl=attention.get("impl", "unknown"), path=path).set(
             attention.get(f"{path}_decode_calls", 0)
         )
+    for library, count in report.get("grammar", {}).get("compiles", {}).items():
+        m.ENGINE_GRAMMARS.labels(library=library).set(count)
     for state in ("quantized", "kept"):
         m.QUANT_LAYERS.labels(state=state).set(report.get("quant", {}).get(state, 0))
     for path in ("int8", "copy", "standby", "standby_rows"):

@@ -25,6 +25,7 @@ def _gate(error: Exception) -> GrammarService:
     gate = GrammarService.__new__(GrammarService)
     gate._compile = {"json_schema": compile_}
     gate._compiler = None
+    gate._router = None
     return gate
 
 

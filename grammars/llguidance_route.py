@@ -1,0 +1,75 @@
+"""Which grammars go to llguidance, checked before the engine sees them.
+
+``LarkRouter.route(kind, text)`` returns the llguidance Lark grammar to send instead of a
+tool-call structural tag or a ``response_format`` JSON schema, or None to keep xgrammar:
+- None when ``grammars.llguidance_lark`` cannot translate it (an EBNF element, a keyword
+  outside ``ROUTED_KEYWORDS``);
+- None when llguidance itself refuses it or warns (``LLMatcher.validate_grammar_with_warnings``
+  without a tokenizer: the grammar is parsed and its JSON schemas translated, no token mask
+  is built). xgrammar, behind the service's own policy, then serves it as before, so what
+  llguidance cannot enforce exactly is never served loosened by it.
+
+The one tokenizer-bound compile happens in SGLang's scheduler (``runtime_ext.grammar_route``),
+lazily, so a grammar is compiled once per process pair. Results are cached (LRU, by kind and
+text). Thread-safe; called through ``asyncio.to_thread``. Imports llguidance
+lazily.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections import OrderedDict
+from pathlib import Path
+
+from grammars.llguidance_lark import NotExpressible, json_schema_to_lark, structural_tag_to_lark, text_tokens
+
+__all__ = ["LarkRouter"]
+
+log = logging.getLogger(__name__)
+_TOKEN_REFS = "no tokenizer - can't validate <[...]>"
+"""The one warning that is not about the grammar: ``<[id]>`` references are checked only with a
+tokenizer, and ours come from the served tokenizer's own ``tokenizer.json``."""
+
+
+class LarkRouter:
+    def __init__(self, tokenizer_json: Path, cache_size: int = 512) -> None:
+        data = json.loads(tokenizer_json.read_text()) if tokenizer_json.exists() else {}
+        self.tokens = text_tokens(data)
+        self.cache_size = cache_size
+        self._cache: OrderedDict[str, str | None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def route(self, kind: str, text: str) -> str | None:
+        """``kind``: ``structural_tag`` (a tool-call tag) or ``json_schema`` (the policy's
+        canonical schema text); any other kind stays with xgrammar."""
+        key = f"{kind}\0{text}"
+        with self._lock:
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                return self._cache[key]
+        lark = self._checked(kind, text) if kind in ("structural_tag", "json_schema") else None
+        with self._lock:
+            self._cache[key] = lark
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+        return lark
+
+    def _checked(self, kind: str, text: str) -> str | None:
+        try:
+            if kind == "json_schema":
+                lark = json_schema_to_lark(json.loads(text))
+            else:
+                lark = structural_tag_to_lark(text, self.tokens)
+        except NotExpressible as exc:
+            log.debug("%s stays with xgrammar: %s", kind, exc)
+            return None
+        from llguidance import LLMatcher
+
+        is_error, messages = LLMatcher.validate_grammar_with_warnings(LLMatcher.grammar_from_lark(lark))
+        messages = [m for m in messages if not m.startswith(_TOKEN_REFS)]
+        if is_error or messages:
+            log.info("%s stays with xgrammar (llguidance: %s)", kind, "; ".join(messages)[:300])
+            return None
+        return lark

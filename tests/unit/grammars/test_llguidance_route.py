@@ -1,0 +1,43 @@
+"""LarkRouter: what goes to llguidance and what stays with xgrammar (translation + llguidance's own
+validation, no tokenizer-bound compile), on the tiny Qwen3's tokenizer.json."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from grammars.llguidance_lark import LARK_HEADER
+from grammars.llguidance_route import LarkRouter
+from grammars.tool_calls import ToolSpec, tool_call_constraint
+
+WEATHER = ToolSpec("get_weather", {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
+
+
+@pytest.fixture(scope="module")
+def router() -> LarkRouter:
+    from assets import default_cache_dir
+
+    return LarkRouter(default_cache_dir() / "models" / "qwen3-tiny" / "tokenizer.json")
+
+
+@pytest.mark.parametrize("mode", ["auto", "required"])
+def test_a_qwen_tool_grammar_is_routed_with_its_marker_tokens(router, mode):
+    lark = router.route("structural_tag", tool_call_constraint("qwen", [WEATHER], mode).value)
+    assert lark is not None and lark.startswith(LARK_HEADER)
+    assert f"<[{router.tokens['<tool_call>']}]>" in lark  # the marker as the one token Qwen writes
+
+
+def test_what_llguidance_cannot_take_exactly_stays_with_xgrammar(router):
+    pythonic = tool_call_constraint("pythonic", [WEATHER], "required").value  # an EBNF element
+    assert router.route("structural_tag", pythonic) is None
+    empty = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 5, "maximum": 2}}, "required": ["n"]}
+    assert router.route("json_schema", json.dumps(empty)) is None  # llguidance: unsatisfiable
+    assert router.route("json_schema", json.dumps({"type": "object", "not": {}})) is None  # not a routed keyword
+    assert router.route("regex", "[a-z]+") is None  # patterns stay with xgrammar
+
+
+def test_routes_are_cached(router):
+    text = json.dumps({"type": "object", "properties": {"a": {"type": "string", "maxLength": 300}}})
+    first = router.route("json_schema", text)
+    assert first is not None and router.route("json_schema", text) is first
