@@ -3,16 +3,19 @@
 1. Decode: ``structserve serve`` on SmolLM2 (real engine, HTTP, streamed). The same
    greedy prompt, free vs ``response_format: json_schema`` (a string with ``minLength``
    so both run to exactly ``max_tokens``), alternating, several rounds, at concurrency
-   1 and 8. Per-token decode time = (last chunk - first chunk) / (tokens - 1).
+   1 and 8. Per-token decode time = (last chunk - first chunk) / (tokens - 1). One server per
+   ``--backends`` entry (``grammar.backend``: llguidance, the default, or xgrammar).
 2. Compile: ``grammars.compile.GrammarCompiler`` (the service's bounded compiler, same
    xgrammar settings as SGLang) over the 37 test schemas: cold compile, then the cached
    lookup; and the tool-call grammar for 64 tools (qwen and generic formats).
 3. ``--engine``: decode 1 again without HTTP or the service (an in-process ``sglang.Engine``,
-   batch = concurrency), to separate the scheduler's grammar cost from the serving path's.
+   batch = concurrency), to separate the scheduler's grammar cost from the serving path's; each
+   schema as xgrammar's ``json_schema`` and as the llguidance Lark the service's route sends.
 
     .venv/bin/python bench/structured_overhead.py
     .venv/bin/python bench/structured_overhead.py --rounds 3 --max-tokens 96 --skip-decode
     .venv/bin/python bench/structured_overhead.py --rounds 8 --tools 4 --engine   # + the engine alone
+    .venv/bin/python bench/structured_overhead.py --tools 4 --backends xgrammar llguidance
 """
 
 from __future__ import annotations
@@ -82,12 +85,13 @@ async def decode_round(
     return [r[0] for r in results], {r[1] for r in results}
 
 
-def decode_table(model: Path, rounds: int, max_tokens: int, concurrency: list[int]) -> Table:
-    server = ServerProcess(model, name="bench-structured")
+def decode_table(model: Path, rounds: int, max_tokens: int, concurrency: list[int], backend: str) -> Table:
+    env = {"STRUCTSERVE_GRAMMAR__BACKEND": backend}
+    server = ServerProcess(model, name=f"bench-structured-{backend}", env=env)
     server.start()
     table = Table(
         title=f"decode per token: free vs json_schema, {model.name}, {max_tokens} tokens, greedy, "
-        f"{rounds} alternating rounds"
+        f"{rounds} alternating rounds, grammar.backend {backend}"
     )
     for col in ("conc", "free ms/token (median)", "json_schema ms/token (median)", "overhead", "output tokens"):
         table.add_column(col, justify="right")
@@ -120,6 +124,18 @@ ENGINE_SCHEMAS = {  # the counted string of the HTTP bench, and the same object 
 }
 
 
+def _engine_constraints() -> dict[str, tuple[str, str]]:
+    """Per schema, as SGLang's xgrammar gets it (``json_schema``) and as the service's llguidance
+    route sends it (``ebnf``: the Lark grammar ``runtime_ext.grammar_route`` hands to llguidance)."""
+    from grammars.llguidance_lark import json_schema_to_lark
+
+    out = {}
+    for name, schema in ENGINE_SCHEMAS.items():
+        out[f"{name}, xgrammar"] = ("json_schema", json.dumps(schema))
+        out[f"{name}, llguidance"] = ("ebnf", json_schema_to_lark(schema))
+    return out
+
+
 def engine_table(model: Path, rounds: int, max_tokens: int, concurrency: list[int]) -> Table:
     """The same comparison without HTTP or the service: an in-process ``sglang.Engine`` with the
     service's engine settings, batch = concurrency, distinct chat-templated prompts (so the model
@@ -143,8 +159,8 @@ def engine_table(model: Path, rounds: int, max_tokens: int, concurrency: list[in
         for batch in concurrency:
             chats = [[{"role": "user", "content": f"{PROMPT} ({i})"}] for i in range(batch)]
             prompts = [tok.apply_chat_template(c, tokenize=False, add_generation_prompt=True) for c in chats]
-            for name, schema in ENGINE_SCHEMAS.items():
-                constrained = {**base, "json_schema": json.dumps(schema)}
+            for name, (key, grammar) in _engine_constraints().items():
+                constrained = {**base, key: grammar}
                 engine.generate(prompts[:1], {**constrained, "max_new_tokens": 4})  # compile, caches
                 times: dict[bool, list[float]] = {False: [], True: []}
                 for r in tqdm(range(rounds), desc=f"engine batch {batch}, {name}"):
@@ -215,6 +231,7 @@ def main() -> None:
     parser.add_argument("--tools", type=int, default=64)
     parser.add_argument("--skip-decode", action="store_true")
     parser.add_argument("--engine", action="store_true", help="also the engine alone (in-process, no HTTP)")
+    parser.add_argument("--backends", nargs="+", default=["llguidance"], choices=["llguidance", "xgrammar"])
     args = parser.parse_args()
     from assets import fetch
 
@@ -222,7 +239,8 @@ def main() -> None:
     console = Console(width=160)
     console.print(compile_table(model, args.tools))
     if not args.skip_decode:
-        console.print(decode_table(model, args.rounds, args.max_tokens, args.concurrency))
+        for backend in args.backends:
+            console.print(decode_table(model, args.rounds, args.max_tokens, args.concurrency, backend))
     if args.engine:
         console.print(engine_table(model, args.rounds, args.max_tokens, args.concurrency))
 

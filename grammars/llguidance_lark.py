@@ -9,9 +9,11 @@ them. This module translates the structural-tag elements ``grammars.tool_calls``
 into one Lark grammar for llguidance 1.9.1 (its docs/syntax.md):
 
 - ``const_string`` -> a string literal; where it spells an added token of the tokenizer that
-  is not special (Qwen's ``<tool_call>``), also ``<[id]>``. xgrammar matches such a token
-  by its text; llguidance treats every added token as special, and takes a literal that
-  spells one as that token (so the model writes the marker as the one token it was trained on);
+  is not special (Qwen's ``<tool_call>``), that token, ``<[id]>``: the one token the model was
+  trained to write. xgrammar also lets the model spell such a marker out; this narrows that
+  away (a random model that spells ``</tool_call>`` can glue the next call's ``<`` to its ``>``
+  in one token, ``><``, which no trained model writes). Free text still may not spell a
+  trigger: the parser would read it as a call;
 - ``regex`` -> ``/…/``; ``sequence``, ``or``, ``star`` -> concatenation, ``|``, ``(…)*``;
   ``tag`` -> begin content end;
 - ``json_schema`` -> ``%json {…}`` with the same whitespace rule (at most
@@ -139,7 +141,7 @@ class _Translator:
         self._split = re.compile("|".join(re.escape(t) for t in sorted(self.tokens, key=len, reverse=True)))
 
     def literal(self, text: str) -> str:
-        """``text``, where each added token's text may also be that token (``<[id]>``)."""
+        """``text``, where each added token's text is that token (``<[id]>``)."""
         if not text:
             return ""
         if not self.tokens:
@@ -147,7 +149,7 @@ class _Translator:
         parts, at = [], 0
         for match in self._split.finditer(text):
             parts += [_quoted(text[at : match.start()])] if match.start() > at else []
-            parts.append(f"({_quoted(match.group())} | <[{self.tokens[match.group()]}]>)")
+            parts.append(f"<[{self.tokens[match.group()]}]>")
             at = match.end()
         parts += [_quoted(text[at:])] if at < len(text) else []
         return parts[0] if len(parts) == 1 else "(" + " ".join(parts) + ")"
@@ -213,10 +215,11 @@ class _Translator:
         if not trigger or not tag["begin"].startswith(trigger):
             raise NotExpressible("triggered_tags: the tag must begin with its trigger")
         free = self._any_text({"excludes": [trigger]})
-        head = f"head{len(self.rules)}"
-        self.rules.append(f"{head}[lazy]: {_ANY} {_quoted(trigger)}")  # text up to the first trigger
-        if trigger in self.tokens:  # or text without it, then the trigger as one token
-            head = f"({head} | {free} <[{self.tokens[trigger]}]>)"
+        if trigger in self.tokens:  # text without the trigger's spelling, then the trigger token
+            head = f"{free} <[{self.tokens[trigger]}]>"
+        else:  # text up to the first trigger (a lazy lexeme)
+            head = f"head{len(self.rules)}"
+            self.rules.append(f"{head}[lazy]: {_ANY} {_quoted(trigger)}")
         rest = dict(tag, begin=tag["begin"][len(trigger) :])
         return f"({free} | {head} {self._tag(rest)})"
 

@@ -150,6 +150,10 @@ def test_llguidance_takes_qwen_markers_as_the_tokens_the_model_writes(mode: str)
     assert walker.tokens["<tool_call>"] in ids and walker.tokens["</tool_call>"] in ids
     grammar = walker.compile("qwen", TOOLS, mode)
     assert walker.accepts(grammar, text, ids)
+    marker = walker.tokens["</tool_call>"]  # spelled out instead: refused (a narrowing, see the translation)
+    at = ids.index(marker)
+    spelled = [t for c in "</tool_call>" for t in walker.tokenizer.encode(c, add_special_tokens=False)]
+    assert marker not in spelled and not walker.accepts(grammar, text, ids[:at] + spelled + ids[at + 1 :])
     assert not walker.accepts(
         grammar, text.replace("noop", "nop"), walker.tokenizer.encode(text.replace("noop", "nop"))
     )
