@@ -96,8 +96,8 @@ def full_match(pattern: str) -> str:
 def strict_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
     """``schema`` with xgrammar's ``strict_mode`` (how SGLang compiles) written out, for
     llguidance, which follows JSON Schema's defaults: an object schema with ``properties``
-    and no ``additionalProperties``/``unevaluatedProperties`` allows no other key; an array
-    schema with ``prefixItems`` and no ``items``/``unevaluatedItems`` no further item.
+    and no ``additionalProperties`` allows no other key; an array schema with ``prefixItems``
+    and no ``items`` no further item.
     A schema without ``type`` that uses object (array) keywords admits only objects
     (arrays), and a ``pattern`` must match the whole string, as xgrammar compiles them
     (llguidance follows JSON Schema: a pattern matches anywhere in the string).
@@ -117,10 +117,10 @@ def strict_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
             value["type"] = kinds[0]
         if isinstance(value.get("pattern"), str):
             value["pattern"] = full_match(value["pattern"])
-        if "properties" in value and not {"additionalProperties", "unevaluatedProperties"} & set(value):
-            value["additionalProperties"] = False
-        if "prefixItems" in value and not {"items", "unevaluatedItems"} & set(value):
-            value["items"] = False
+        if "properties" in value:  # (unevaluated* are not routed: only these two can be set)
+            value.setdefault("additionalProperties", False)
+        if "prefixItems" in value:
+            value.setdefault("items", False)
     return out
 
 
