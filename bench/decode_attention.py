@@ -10,7 +10,10 @@ prefilled once (the prefix cache keeps it), then each round times the batch with
 
 - ``batched``: ``attention: structserve`` (one gather + one attention call per layer);
 - ``per_request``: the same backend's per-request loop (the previous decode path);
-- ``sglang``: SGLang's own ``torch_native`` backend (whole-buffer reads for C8).
+- ``sglang``: SGLang's own ``torch_native`` backend (whole-buffer reads for C8);
+- ``reference``: ``batched`` with ``kv_kernels: reference``: the C8 rows read by the torch
+  reference instead of the compiled one-pass read (``runtime_ext/ops/kv_cpu``); for bf16 it is
+  ``batched`` again (a noise check).
 
 Each pass starts every (mode, arm) engine in turn and keeps its best of ``--rounds`` decodes per
 batch size; the table shows the best over ``--passes`` passes, the batched/per-request ratio
@@ -48,8 +51,9 @@ def start(model: Path, mode: str, arm: str, calib: Path | None, dtype: str = "bf
     prepare_process_env("cpu")
     import sglang
 
-    attention = {"batched": "structserve"}.get(arm, arm)
-    replace(RuntimeExtConfig.from_env(), kv_calibration=calib, attention=attention).export()
+    attention = {"batched": "structserve", "reference": "structserve"}.get(arm, arm)
+    kernels = "reference" if arm == "reference" else "native"
+    replace(RuntimeExtConfig.from_env(), kv_calibration=calib, attention=attention, kv_kernels=kernels).export()
     options = EngineOptions(
         model_path=model,
         dtype=dtype,
@@ -92,14 +96,15 @@ def measure(model: Path, modes: list[str], arms: list[str], window: list[int], a
 def report(best: dict, modes: list[str], arms: list[str], args) -> None:
     batches = [int(b) for b in args.batches.split(",")]
     table = Table(title=f"decode tok/s: SmolLM2-135M bf16, {args.context}-token contexts, {args.new} new tokens")
-    for col in ("KV", "batch", *arms, "batched / per_request", "batched vs bf16 batched"):
+    others = [arm for arm in arms if arm != "batched"]
+    for col in ("KV", "batch", *arms, *(f"batched / {arm}" for arm in others), "batched vs bf16 batched"):
         table.add_column(col, justify="right")
     for mode in modes:
         for b in batches:
             row = [f"{best[mode, arm, b]:.1f}" for arm in arms]
-            ratio = best[mode, "batched", b] / best[mode, "per_request", b] if "per_request" in arms else float("nan")
+            ratios = [f"{best[mode, 'batched', b] / best[mode, arm, b]:.2f}×" for arm in others]
             vs_bf16 = best[mode, "batched", b] / best["bf16", "batched", b]
-            table.add_row(mode, str(b), *row, f"{ratio:.2f}×", f"{vs_bf16:.2f}×")
+            table.add_row(mode, str(b), *row, *ratios, f"{vs_bf16:.2f}×")
     Console().print(table)
     if args.png:
         plot(best, modes, arms, batches, args.png)

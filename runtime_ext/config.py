@@ -23,6 +23,9 @@ Knobs:
 - ``attention``: ``structserve`` (runtime_ext's ``torch_native`` backend, batched decode),
   ``per_request`` (the same backend with its per-request decode loop: the reference the batched
   decode is tested and measured against) or ``sglang`` (the upstream one, for A/B measurements).
+- ``kv_kernels``: ``native`` (the C8 KV read compiled for this CPU, ``runtime_ext.ops.kv_cpu``;
+  equal to the reference) or ``reference`` (the torch reference only, for A/B measurements). Like
+  ``attention`` it has no service setting: the environment's value is kept.
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ KVRotation = Literal["auto", "none", "k", "kv"]
 StoredRotation = Literal["none", "k", "kv"]
 KV_ROTATIONS: tuple[KVRotation, ...] = ("auto", "none", "k", "kv")
 DEFAULT_KV_ROTATION: KVRotation = "auto"
+KVKernels = Literal["native", "reference"]
+KV_KERNELS: tuple[KVKernels, ...] = ("native", "reference")
 
 
 def resolve_rotation(rotation: KVRotation, kv_cache: str) -> StoredRotation:
@@ -64,6 +69,7 @@ _QUANT_MONITOR = "STRUCTSERVE_QUANT_MONITOR"
 _KV_ROTATION = "STRUCTSERVE_KV_ROTATION"  # also the settings variable for kv_rotation
 _ADMISSION = "STRUCTSERVE_RUNTIME_ADMISSION"
 _RESERVE_RATIO = "STRUCTSERVE_RUNTIME_RESERVE_RATIO"
+_KV_KERNELS = "STRUCTSERVE_KV_KERNELS"
 ENV_NAMES = (
     _KV_CALIBRATION,
     _QUANT,
@@ -74,6 +80,7 @@ ENV_NAMES = (
     _KV_ROTATION,
     _ADMISSION,
     _RESERVE_RATIO,
+    _KV_KERNELS,
 )
 Admission = Literal["sglang", "budget"]
 ADMISSIONS: tuple[Admission, ...] = ("sglang", "budget")
@@ -95,6 +102,7 @@ class RuntimeExtConfig:
     kv_rotation: KVRotation = DEFAULT_KV_ROTATION
     admission: Admission = "sglang"
     reserve_ratio: float = 1.0
+    kv_kernels: KVKernels = "native"
 
     def require_kv_calibration(self) -> Path:
         if self.kv_calibration is None:
@@ -109,6 +117,7 @@ class RuntimeExtConfig:
             _KV_ROTATION: self.kv_rotation,
             _ADMISSION: self.admission,
             _RESERVE_RATIO: repr(self.reserve_ratio),
+            _KV_KERNELS: self.kv_kernels,
         }
         if self.kv_calibration is not None:
             env[_KV_CALIBRATION] = str(self.kv_calibration)
@@ -142,6 +151,7 @@ class RuntimeExtConfig:
             kv_rotation=_one_of(_KV_ROTATION, environ.get(_KV_ROTATION, DEFAULT_KV_ROTATION), KV_ROTATIONS),
             admission=_one_of(_ADMISSION, environ.get(_ADMISSION, "sglang"), ADMISSIONS),
             reserve_ratio=float(environ.get(_RESERVE_RATIO, "1.0")),
+            kv_kernels=_one_of(_KV_KERNELS, environ.get(_KV_KERNELS, "native"), KV_KERNELS),
         )
 
 

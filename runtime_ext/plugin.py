@@ -32,6 +32,7 @@ def plugin_report() -> dict[str, Any]:
         "registered": os.getpid() in state.registered_pids,
         "kv_cache": state.kv_cache.method_name(),
         "kv_rotation": state.kv_cache.rotation(),
+        "kv_kernels": state.kv_cache.kernels(),
         "kv_cache_stats": state.kv_cache.method_stats(),
         "quant": state.quant.report(),
         "prefix_cache": state.prefix_cache.report(),

@@ -29,6 +29,10 @@ class KVCacheState:
         """Which of K/V the built method stores Hadamard-rotated ("none" without one of ours)."""
         return self.built.rotation.which if self.built is not None else "none"
 
+    def kernels(self) -> str:
+        """What reads the C8 rows: ``native`` (compiled), ``reference`` (torch), a device ("none" without C8)."""
+        return self.built.kernels() if self.built is not None else "none"
+
     def method_stats(self) -> dict:
         """Side-buffer statistics of the built method (outlier rate etc.; empty if none)."""
         return self.built.stats() if self.built is not None else {}

@@ -52,6 +52,12 @@ KV_ROTATION = Gauge(
     ["rotation"],
     registry=REGISTRY,
 )
+KV_KERNELS = Gauge(
+    "structserve_kv_kernels",
+    "1 for what reads the C8 KV rows: native (compiled one-pass read), reference (torch), a device, none",
+    ["impl"],
+    registry=REGISTRY,
+)
 ATTENTION = Gauge(
     "structserve_attention_decode_calls",
     "Decode attention calls (one per layer per step) by runtime_ext's path: batched (one call for the "

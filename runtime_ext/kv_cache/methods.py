@@ -31,14 +31,14 @@ from runtime_ext.config import KVRotation, RuntimeExtConfig, resolve_rotation
 from runtime_ext.kv_cache import sizing
 from runtime_ext.kv_cache.residual import ResidualSlots
 from runtime_ext.kv_cache.rotation import Rotation
-from runtime_ext.ops import get_op
-from runtime_ext.ops.kv_ref import take_rows
+from runtime_ext.ops import get_op, kv_cpu
 
 
 class C8DynamicKVCacheMethod(KVCacheQuantMethodBase):
     name = "c8_dynamic"
     SCALE_BLOCK_SIZE = 1
     QUANTIZE, DEQUANTIZE = "kv_quantize_per_token", "kv_dequantize_per_token"
+    GATHER = "kv_gather_dequantize_per_token"  # rows at locs, dequantized (one pass on the CPU: ops.kv_cpu)
 
     def __init__(self, dtype: Any = torch.bfloat16, rotation: KVRotation | None = None) -> None:
         self.dtype = dtype
@@ -56,7 +56,7 @@ class C8DynamicKVCacheMethod(KVCacheQuantMethodBase):
             return [torch.zeros((size, head_num), dtype=torch.float16, device=device) for _ in range(layer_num)]
 
         keys = values()
-        self._keys = {buf.data_ptr() for buf in keys}
+        self._keys, self.device = {buf.data_ptr() for buf in keys}, torch.device(device)
         return {
             "k_buffer": keys,
             "v_buffer": values(),
@@ -100,7 +100,7 @@ class C8DynamicKVCacheMethod(KVCacheQuantMethodBase):
         """Rows ``locs`` (None: all) dequantized, in the stored (possibly rotated) space."""
         if locs is None:
             return get_op(self.DEQUANTIZE, buffer.device.type)(buffer, scales, dtype)
-        return get_op(self.DEQUANTIZE, buffer.device.type)(take_rows(buffer, locs), take_rows(scales, locs), dtype)
+        return get_op(self.GATHER, buffer.device.type)(buffer, scales, locs, dtype)
 
     def _back(self, rows, is_key: bool):
         return self.rotation.rotate(rows) if self.rotation.side(is_key) else rows
@@ -121,6 +121,11 @@ class C8DynamicKVCacheMethod(KVCacheQuantMethodBase):
     def compute_cell_size(self, head_num, head_dim, num_layers, kv_size) -> int:
         return sizing.cell_bytes(self.name, num_layers, head_num, head_dim)
 
+    def kernels(self) -> str:
+        """What reads this pool's rows: ``native`` (``ops.kv_cpu``), ``reference`` or the device's ops."""
+        device = getattr(self, "device", torch.device("cpu")).type
+        return kv_cpu.status() if device == "cpu" else device
+
     def release(self, locs) -> None:
         """Pages at ``locs`` were freed (nothing to do without side buffers)."""
 
@@ -133,6 +138,7 @@ class C8StaticKVCacheMethod(C8DynamicKVCacheMethod):
 
     name = "c8_static"
     QUANTIZE, DEQUANTIZE = "kv_quantize_static", "kv_dequantize_static"
+    GATHER = "kv_gather_dequantize_static"
 
     @cached_property
     def calibration_path(self) -> Any:
@@ -161,8 +167,9 @@ class C8StaticKVCacheMethod(C8DynamicKVCacheMethod):
         buf[loc] = get_op(self.QUANTIZE, buf.device.type)(x, scale)
 
     def _rows(self, buffer, scales, locs, dtype):
-        rows = buffer if locs is None else take_rows(buffer, locs)
-        return get_op(self.DEQUANTIZE, buffer.device.type)(rows, scales, dtype)
+        if locs is None:
+            return get_op(self.DEQUANTIZE, buffer.device.type)(buffer, scales, dtype)
+        return get_op(self.GATHER, buffer.device.type)(buffer, scales, locs, dtype)
 
 
 class C8StaticResidualKVCacheMethod(C8StaticKVCacheMethod):
@@ -180,7 +187,7 @@ class C8StaticResidualKVCacheMethod(C8StaticKVCacheMethod):
         super()._store(buf, scale, loc, x)
         locs = torch.as_tensor(loc, device=buf.device).reshape(-1)
         # what attention will read (model dtype): the residual corrects exactly that
-        deq8 = get_op(self.DEQUANTIZE, buf.device.type)(take_rows(buf, locs), scale, self.dtype)
+        deq8 = get_op(self.GATHER, buf.device.type)(buf, scale, locs, self.dtype)
         self.sides[buf.data_ptr()].store(locs, x, deq8)
 
     def _rows(self, buffer, scales, locs, dtype):

@@ -82,15 +82,5 @@ class ResidualSlots:
     def apply(self, locs: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
         if not self.keys.numel():
             return values
-        wanted = (
-            locs.to(torch.int32).unsqueeze(1) * self.heads
-            + torch.arange(self.heads, dtype=torch.int32, device=locs.device)
-        ).flatten()
-        at = torch.searchsorted(self.keys, wanted).clamp_(max=self.keys.numel() - 1)
-        hit = (self.keys[at] == wanted).nonzero(as_tuple=True)[0]
-        if hit.numel():
-            slots = self.slots[at[hit]]
-            deq = get_op("kv_dequantize_residual", values.device.type)(self.packed[slots], self.scale[slots].float())
-            flat = values.view(-1, values.shape[-1])
-            flat[hit] = (flat[hit].float() + deq).to(values.dtype)
-        return values
+        add = get_op("kv_residual_add", values.device.type)
+        return add(values, locs, self.keys, self.slots, self.packed, self.scale)

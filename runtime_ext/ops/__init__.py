@@ -1,6 +1,7 @@
 """Kernel dispatch: one table per op, a torch reference implementation (always present,
 tested here) and an NPU implementation on ``torch_npu`` ops (tested against an emulation
-of their documented semantics; not verified on hardware).
+of their documented semantics; not verified on hardware). The C8 KV read's ``cpu`` entries are
+``kv_cpu``: one compiled pass, equal to the reference (which it falls back to without a compiler).
 
 ``get_op(name, device)`` picks by the tensor's device type; devices without an entry use
 the reference. Imports torch lazily through the implementation modules.
@@ -10,13 +11,19 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from runtime_ext.ops import kv_npu, kv_ref, quant_npu, quant_ref
+from runtime_ext.ops import kv_cpu, kv_npu, kv_ref, quant_npu, quant_ref
 
 OPS: dict[str, dict[str, Callable[..., Any]]] = {
     "kv_quantize_per_token": {"cpu": kv_ref.quantize_per_token, "npu": kv_npu.quantize_per_token},
     "kv_dequantize_per_token": {"cpu": kv_ref.dequantize_per_token, "npu": kv_ref.dequantize_per_token},
     "kv_quantize_static": {"cpu": kv_ref.quantize_static, "npu": kv_npu.quantize_static},
     "kv_dequantize_static": {"cpu": kv_ref.dequantize_static, "npu": kv_npu.dequantize_static},
+    "kv_gather_dequantize_per_token": {
+        "cpu": kv_cpu.gather_dequantize_per_token,
+        "npu": kv_ref.gather_dequantize_per_token,
+    },
+    "kv_gather_dequantize_static": {"cpu": kv_cpu.gather_dequantize_static, "npu": kv_npu.gather_dequantize_static},
+    "kv_residual_add": {"cpu": kv_cpu.residual_add, "npu": kv_ref.residual_add},
     "kv_rotate": {"cpu": kv_ref.rotate, "npu": kv_npu.rotate},
     "kv_quantize_residual": {"cpu": kv_ref.quantize_residual},
     "kv_dequantize_residual": {"cpu": kv_ref.dequantize_residual},

@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from runtime_ext.ops.kv_ref import INT8_MAX, _check_finite
+from runtime_ext.ops.kv_ref import INT8_MAX, _check_finite, take_rows
 
 HALF = (torch.float16, torch.bfloat16)
 
@@ -72,6 +72,11 @@ def dequantize_static(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) 
     flat = q.reshape(q.shape[0], -1)
     out = _npu().npu_anti_quant(flat, scale.reshape(-1).float(), offset=None, dst_dtype=op_dtype(dtype))
     return out.reshape(q.shape).to(dtype)
+
+
+def gather_dequantize_static(buffer: torch.Tensor, scale: torch.Tensor, locs: torch.Tensor, dtype: torch.dtype):
+    """Rows ``locs`` (gathered with ``index_select``), then ``dequantize_static``."""
+    return dequantize_static(take_rows(buffer, locs), scale, dtype)
 
 
 def rotate(x: torch.Tensor, h: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:

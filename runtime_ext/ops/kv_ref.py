@@ -85,6 +85,11 @@ def dequantize_per_token(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtyp
     return _widened(q).mul_(scale.float().unsqueeze(-1)).to(dtype)
 
 
+def gather_dequantize_per_token(buffer: torch.Tensor, scales: torch.Tensor, locs: torch.Tensor, dtype: torch.dtype):
+    """C8-D rows ``locs`` of a pool side: ``dequantize_per_token`` of the gathered rows and scales."""
+    return dequantize_per_token(take_rows(buffer, locs), take_rows(scales, locs), dtype)
+
+
 def quantize_static(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """C8-S: ``x[T, H, D]`` with per-channel ``scale[H, D]`` (> 0) -> int8, clamped."""
     _check_finite(x, "the KV tensor")
@@ -93,6 +98,11 @@ def quantize_static(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
 
 def dequantize_static(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return _widened(q).mul_(scale).to(dtype)
+
+
+def gather_dequantize_static(buffer: torch.Tensor, scale: torch.Tensor, locs: torch.Tensor, dtype: torch.dtype):
+    """C8-S rows ``locs`` of a pool side, dequantized with its per-channel ``scale[H, D]``."""
+    return dequantize_static(take_rows(buffer, locs), scale, dtype)
 
 
 def relative_error(x: torch.Tensor, approx: torch.Tensor) -> torch.Tensor:
@@ -130,3 +140,20 @@ def quantize_residual(r: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def dequantize_residual(packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return _widened(unpack_int4(packed)).mul_(scale.unsqueeze(-1))
+
+
+def residual_add(values, locs, keys, slots, packed, scale16) -> torch.Tensor:
+    """Add the INT4 residuals of the vectors at ``locs[T]`` to ``values[T, H, D]`` in place: vector
+    ``(t, h)`` has one when ``locs[t] * H + h`` is among the sorted int32 ``keys``, stored in
+    ``packed[slots[i]]`` with ``scale16[slots[i]]`` (``locs`` may repeat and come in any order)."""
+    heads = values.shape[-2]
+    flat_locs = locs.reshape(-1).to(torch.int32)
+    wanted = (flat_locs.unsqueeze(1) * heads + torch.arange(heads, dtype=torch.int32, device=locs.device)).flatten()
+    at = torch.searchsorted(keys, wanted).clamp_(max=keys.numel() - 1)
+    hit = (keys[at] == wanted).nonzero(as_tuple=True)[0]
+    if hit.numel():
+        slot = slots[at[hit]]
+        deq = dequantize_residual(packed[slot], scale16[slot].float())
+        flat = values.view(-1, values.shape[-1])
+        flat[hit] = (flat[hit].float() + deq).to(values.dtype)
+    return values

@@ -38,3 +38,4 @@ def test_capital_of_france_is_paris_with_the_recommended_c8_cache(smol_c8_server
     metrics = httpx.get(f"{smol_c8_server.base_url}/metrics", timeout=30).text  # the scheduler's pool says what ran
     assert 'structserve_kv_cache_method{method="c8_dynamic"} 1.0' in metrics
     assert 'structserve_kv_rotation{rotation="kv"} 1.0' in metrics
+    assert 'structserve_kv_kernels{impl="native"} 1.0' in metrics  # the compiled one-pass read (ops/kv_cpu)

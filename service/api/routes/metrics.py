@@ -39,6 +39,7 @@ def _plugin_gauges(report: dict) -> None:
     """Gauges from runtime_ext's report (read in the scheduler processes, merged over dp ranks)."""
     m.KV_METHOD.labels(method=report.get("kv_cache", "unknown")).set(1)
     m.KV_ROTATION.labels(rotation=report.get("kv_rotation", "unknown")).set(1)
+    m.KV_KERNELS.labels(impl=report.get("kv_kernels", "unknown")).set(1)
     _kv_pool(report)
     attention = report.get("attention", {})
     for path in ("batched", "per_request"):

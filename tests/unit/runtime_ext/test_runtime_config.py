@@ -22,6 +22,7 @@ EVERY_KNOB_SET = RuntimeExtConfig(
     kv_rotation="k",
     admission="budget",
     reserve_ratio=0.625,
+    kv_kernels="reference",
 )
 
 

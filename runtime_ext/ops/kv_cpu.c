@@ -1,0 +1,160 @@
+/* The C8 KV read on the CPU in one pass: gather a batch's rows from the int8 pool, dequantize
+ * them into the model dtype and add the INT4 residuals of outlier vectors.
+ *
+ * Bit-identical to the torch reference (runtime_ext/ops/kv_ref.py), which does the same
+ * arithmetic in several full-size passes: value = float(int8) * float(scale), rounded once to
+ * the output dtype (bfloat16: round to nearest even, as c10::BFloat16); with a residual,
+ * float(value) + float(int4) * float(scale16), rounded once more. Built by kv_cpu.py with the
+ * host's compiler (-O3 -march=native); the loops over the head dim vectorize.
+ *
+ * Layout: pool rows [size, H, D] int8, contiguous; locs [n] int64; out [n, H, D] contiguous;
+ * per-token scales [size, H] float16 (C8-D); static scales [H, D] float32 (C8-S).
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static inline float half_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else { /* subnormal: normalize */
+            exp = 127 - 15 + 1;
+            while (!(man & 0x400)) {
+                man <<= 1;
+                exp--;
+            }
+            bits = sign | (exp << 23) | ((man & 0x3ff) << 13);
+        }
+    } else if (exp == 0x1f) {
+        bits = sign | 0x7f800000 | (man << 13);
+    } else {
+        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* Round to nearest even, as c10::BFloat16 does for finite values (a stored value is always finite:
+ * the store rejects NaN and inf, and a scale is finite). Branch-free, so the loops vectorize. */
+static inline uint16_t float_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7fff + ((u >> 16) & 1);
+    return (uint16_t)(u >> 16);
+}
+
+static inline float bf16_to_float(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* One vector of d values, one scale: out[i] = q[i] * s. */
+static inline void dequant_one(void *out, int bf16, const int8_t *restrict q, float s, int d) {
+    if (bf16) {
+        uint16_t *restrict o = (uint16_t *)out;
+        for (int i = 0; i < d; i++) o[i] = float_to_bf16((float)q[i] * s);
+    } else {
+        float *restrict o = (float *)out;
+        for (int i = 0; i < d; i++) o[i] = (float)q[i] * s;
+    }
+}
+
+/* One row of d values, a scale each: out[i] = q[i] * s[i]. */
+static inline void dequant_each(void *out, int bf16, const int8_t *restrict q, const float *restrict s, int d) {
+    if (bf16) {
+        uint16_t *restrict o = (uint16_t *)out;
+        for (int i = 0; i < d; i++) o[i] = float_to_bf16((float)q[i] * s[i]);
+    } else {
+        float *restrict o = (float *)out;
+        for (int i = 0; i < d; i++) o[i] = (float)q[i] * s[i];
+    }
+}
+
+/* Rows are where the allocator put them: fetch a few rows ahead of the one being converted. */
+#define AHEAD 8
+static inline void prefetch_row(const int8_t *p, int64_t bytes) {
+    for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, 0);
+}
+
+/* C8-D: out[i, h, :] = pool[locs[i], h, :] * scale16[locs[i], h]. */
+void gather_dequant_token(void *out, int bf16, const int8_t *pool, const uint16_t *scale16, const int64_t *locs,
+                          int64_t n, int heads, int dim, int threads) {
+    const int64_t row = (int64_t)heads * dim, elem = bf16 ? 2 : 4;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t loc = locs[i];
+        if (i + AHEAD < n) prefetch_row(pool + locs[i + AHEAD] * row, row);
+        for (int h = 0; h < heads; h++) {
+            dequant_one((char *)out + (i * row + (int64_t)h * dim) * elem, bf16, pool + loc * row + (int64_t)h * dim,
+                        half_to_float(scale16[loc * heads + h]), dim);
+        }
+    }
+}
+
+/* C8-S: out[i, h, d] = pool[locs[i], h, d] * scale[h, d]. */
+void gather_dequant_static(void *out, int bf16, const int8_t *pool, const float *scale, const int64_t *locs,
+                           int64_t n, int heads, int dim, int threads) {
+    const int64_t row = (int64_t)heads * dim, elem = bf16 ? 2 : 4;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        if (i + AHEAD < n) prefetch_row(pool + locs[i + AHEAD] * row, row);
+        dequant_each((char *)out + i * row * elem, bf16, pool + locs[i] * row, scale, (int)row);
+    }
+}
+
+/* The first index of keys[m] (sorted) that is >= key. */
+static inline int64_t lower_bound(const int32_t *keys, int64_t m, int64_t key) {
+    int64_t lo = 0, hi = m;
+    while (lo < hi) {
+        int64_t mid = (lo + hi) >> 1;
+        if (keys[mid] < key) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* values[r, :] += unpack(packed[slot]) * scale16[slot], rounded once to the values' dtype. */
+static inline void add_one(void *values, int bf16, int64_t r, int dim, const uint8_t *p, float s) {
+    for (int d = 0; d < dim; d++) {
+        int v = d & 1 ? p[d >> 1] >> 4 : p[d >> 1] & 0xf;
+        float add = (float)(v > 7 ? v - 16 : v) * s;
+        if (bf16) {
+            uint16_t *o = (uint16_t *)values + r * dim + d;
+            *o = float_to_bf16(bf16_to_float(*o) + add);
+        } else {
+            ((float *)values)[r * dim + d] += add;
+        }
+    }
+}
+
+/* INT4 residuals: for each vector (i, h) whose key locs[i] * heads + h is in the sorted keys[m],
+ * values[i, h, :] += unpack(packed[slot]) * scale16[slot]. A bitmap of the locations that hold
+ * any residual (built here, m bits set) lets the rows without one skip the search; the keys of one
+ * location are adjacent in keys. Returns the number of vectors hit. */
+int64_t residual_add(void *values, int bf16, const int64_t *locs, int64_t n, int heads, int dim, const int32_t *keys,
+                     const int32_t *slots, int64_t m, const uint8_t *packed, const uint16_t *scale16, int threads) {
+    if (m == 0) return 0;
+    const int64_t span = keys[m - 1] / heads + 1;
+    uint64_t *held = calloc((size_t)(span + 63) / 64, sizeof(uint64_t));
+    if (held == NULL) return -1;
+    for (int64_t j = 0; j < m; j++) held[(keys[j] / heads) >> 6] |= 1ull << ((keys[j] / heads) & 63);
+    int64_t hits = 0;
+#pragma omp parallel for num_threads(threads) schedule(static) reduction(+ : hits)
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t loc = locs[i];
+        if (loc < 0 || loc >= span || !((held[loc >> 6] >> (loc & 63)) & 1)) continue;
+        for (int64_t at = lower_bound(keys, m, loc * heads); at < m && keys[at] < (loc + 1) * heads; at++) {
+            const int32_t slot = slots[at];
+            add_one(values, bf16, i * heads + (keys[at] - loc * heads), dim, packed + (int64_t)slot * (dim / 2),
+                    half_to_float(scale16[slot]));
+            hits++;
+        }
+    }
+    free(held);
+    return hits;
+}

@@ -1,0 +1,152 @@
+"""The C8 KV read on the CPU as one compiled pass (``kv_cpu.c``), bit-identical to the reference.
+
+The torch reference (``kv_ref``) reads a decode batch's rows in four full-size passes: gather
+the int8 rows, widen them to float32, scale, narrow to the model dtype; and the INT4 residual of
+C8-S + residual adds a key search and about twenty small ops per side and layer. Here one C loop
+per side reads each int8 row once and writes it dequantized, and a binary search over the side
+buffer's sorted keys adds the residuals in place. Same arithmetic, same rounding (float32
+products rounded once to nearest even): ``tests/unit/runtime_ext/test_kv_cpu.py`` checks the
+outputs are *equal* to the reference's.
+
+The library is compiled on first use with the host's C compiler (``$CC``, default ``cc``;
+``-O3 -march=native``, OpenMP) into ``$STRUCTSERVE_KERNEL_CACHE`` (default
+``~/.cache/structserve/kernels``), named by a hash of the source, the flags and the CPU's
+feature flags, and loaded with ``ctypes``. Without a compiler, on another output dtype than
+bfloat16/float32, or with ``kv_kernels: reference`` (``RuntimeExtConfig``), every call is the
+reference. ``status()`` says which, for the plugin report.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import platform
+import subprocess
+from functools import cache
+from pathlib import Path
+
+import torch
+
+from runtime_ext.config import RuntimeExtConfig
+from runtime_ext.ops import kv_ref
+
+log = logging.getLogger(__name__)
+SOURCE = Path(__file__).with_name("kv_cpu.c")
+X86_FLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-fopenmp")
+PORTABLE_FLAGS = ("-O3", "-fopenmp")
+PARALLEL_MIN = 1 << 18  # values per call below which one thread reads
+_BF16 = {torch.bfloat16: 1, torch.float32: 0}
+_P, _I64 = ctypes.c_void_p, ctypes.c_int64
+_SIGNATURES = {
+    "gather_dequant_token": (None, [_P, ctypes.c_int, _P, _P, _P, _I64, ctypes.c_int, ctypes.c_int, ctypes.c_int]),
+    "gather_dequant_static": (None, [_P, ctypes.c_int, _P, _P, _P, _I64, ctypes.c_int, ctypes.c_int, ctypes.c_int]),
+    "residual_add": (
+        _I64,
+        [_P, ctypes.c_int, _P, _I64, ctypes.c_int, ctypes.c_int, _P, _P, _I64, _P, _P, ctypes.c_int],
+    ),
+}
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("STRUCTSERVE_KERNEL_CACHE")
+    return Path(root) if root else Path.home() / ".cache" / "structserve" / "kernels"
+
+
+def _cpu_flags() -> str:
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.processor()
+    return next((line for line in lines if line.startswith(("flags", "Features"))), platform.processor())
+
+
+def _compile(flags: tuple[str, ...]) -> Path:
+    """The library for ``flags``, compiled unless the cache has it (``CalledProcessError`` if not)."""
+    compiler = os.environ.get("CC", "cc")
+    key = hashlib.sha256("\0".join((SOURCE.read_text(), compiler, *flags, _cpu_flags())).encode()).hexdigest()[:16]
+    target = _cache_dir() / f"kv_cpu-{key}.so"
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(f".{os.getpid()}.tmp")
+        cmd = [compiler, *flags, "-shared", "-fPIC", "-o", str(tmp), str(SOURCE)]
+        subprocess.run(cmd, check=True, capture_output=True, timeout=120)
+        tmp.replace(target)
+    return target
+
+
+@cache
+def _library() -> ctypes.CDLL | None:
+    if RuntimeExtConfig.from_env().kv_kernels != "native":
+        return None
+    for flags in (X86_FLAGS, PORTABLE_FLAGS) if platform.machine() in ("x86_64", "AMD64") else (PORTABLE_FLAGS,):
+        try:
+            lib = ctypes.CDLL(str(_compile(flags)))
+        except (OSError, subprocess.SubprocessError) as exc:
+            log.warning("C8 KV kernels: %s failed (%s)", " ".join(flags), exc)
+            continue
+        for name, (restype, argtypes) in _SIGNATURES.items():
+            getattr(lib, name).restype, getattr(lib, name).argtypes = restype, argtypes
+        return lib
+    log.warning("C8 KV kernels: no compiled library, using the torch reference")
+    return None
+
+
+def status() -> str:
+    """``native`` when the compiled read runs, else ``reference`` (configured, or no compiler)."""
+    return "native" if _library() is not None else "reference"
+
+
+def _fits(dtype: torch.dtype, *tensors: torch.Tensor) -> bool:
+    return dtype in _BF16 and all(t.device.type == "cpu" and t.is_contiguous() for t in tensors)
+
+
+def _threads(values: int) -> int:
+    """OpenMP threads for a call over ``values`` values: one below ``PARALLEL_MIN`` (waking the
+    pool costs more than a small batch's read), else torch's intra-op count."""
+    return max(1, torch.get_num_threads()) if values >= PARALLEL_MIN else 1
+
+
+def gather_dequantize_per_token(buffer, scales, locs, dtype):
+    """C8-D rows ``locs`` of ``buffer[size, H, D]`` (int8) with ``scales[size, H]`` (float16)."""
+    lib, flat = _library(), locs.reshape(-1).long()
+    if lib is None or scales.dtype != torch.float16 or not _fits(dtype, buffer, scales, flat):
+        return kv_ref.gather_dequantize_per_token(buffer, scales, locs, dtype)
+    out = torch.empty((*locs.shape, *buffer.shape[1:]), dtype=dtype)
+    heads, dim = buffer.shape[1:]
+    lib.gather_dequant_token(
+        out.data_ptr(), _BF16[dtype], buffer.data_ptr(), scales.data_ptr(), flat.data_ptr(), flat.numel(),
+        heads, dim, _threads(out.numel()),
+    )  # fmt: skip
+    return out
+
+
+def gather_dequantize_static(buffer, scale, locs, dtype):
+    """C8-S rows ``locs`` of ``buffer[size, H, D]`` (int8) with per-channel ``scale[H, D]`` (float32)."""
+    lib, flat = _library(), locs.reshape(-1).long()
+    if lib is None or scale.dtype != torch.float32 or not _fits(dtype, buffer, scale, flat):
+        return kv_ref.gather_dequantize_static(buffer, scale, locs, dtype)
+    out = torch.empty((*locs.shape, *buffer.shape[1:]), dtype=dtype)
+    heads, dim = buffer.shape[1:]
+    lib.gather_dequant_static(
+        out.data_ptr(), _BF16[dtype], buffer.data_ptr(), scale.data_ptr(), flat.data_ptr(), flat.numel(),
+        heads, dim, _threads(out.numel()),
+    )  # fmt: skip
+    return out
+
+
+def residual_add(values, locs, keys, slots, packed, scale16):
+    """``kv_ref.residual_add`` (in place on ``values[T, H, D]``), one pass."""
+    lib, flat = _library(), locs.reshape(-1).long()
+    ok = keys.dtype == slots.dtype == torch.int32 and scale16.dtype == torch.float16
+    if lib is None or not ok or not _fits(values.dtype, values, flat, keys, slots, packed, scale16):
+        return kv_ref.residual_add(values, locs, keys, slots, packed, scale16)
+    heads, dim = values.shape[-2:]
+    hits = lib.residual_add(
+        values.data_ptr(), _BF16[values.dtype], flat.data_ptr(), flat.numel(), heads, dim, keys.data_ptr(),
+        slots.data_ptr(), keys.numel(), packed.data_ptr(), scale16.data_ptr(), _threads(values.numel()),
+    )  # fmt: skip
+    if hits < 0:  # no memory for its bitmap: nothing was added
+        return kv_ref.residual_add(values, locs, keys, slots, packed, scale16)
+    return values

@@ -1,0 +1,95 @@
+"""The compiled C8 KV read (``runtime_ext/ops/kv_cpu``) returns exactly what the torch reference
+(``kv_ref``) returns: equal tensors, not close ones, for bfloat16 and float32 outputs, repeated and
+unordered locations, zero and subnormal float16 scales, and residual keys on locations the batch
+does not read."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+from runtime_ext.ops import get_op, kv_cpu, kv_ref
+
+SIZE, H, D = 300, 3, 64
+
+
+def _pool(seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randint(-127, 128, (SIZE, H, D), dtype=torch.int8, generator=gen)
+    q[7] = 127  # the extremes
+    q[8] = -127
+    scales = (torch.rand(SIZE, H, generator=gen) * 0.1).to(torch.float16)
+    scales[5] = 0  # a zero vector's scale
+    scales[6] = 3e-6  # float16 subnormals
+    static = torch.rand(H, D, generator=gen) * 0.05 + 1e-4
+    locs = torch.cat((torch.tensor([5, 6, 7, 8, 5, 5]), torch.randint(1, SIZE, (200,), generator=gen)))
+    return q, scales, static, locs.reshape(2, -1)
+
+
+def test_the_native_library_is_built_where_a_compiler_is():
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler: the reference serves every call")
+    assert kv_cpu.status() == "native"
+    assert get_op("kv_gather_dequantize_per_token") is kv_cpu.gather_dequantize_per_token
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float16])
+def test_per_token_rows_equal_the_reference(dtype):
+    q, scales, _, locs = _pool()
+    got = kv_cpu.gather_dequantize_per_token(q, scales, locs, dtype)
+    want = kv_ref.gather_dequantize_per_token(q, scales, locs, dtype)
+    assert got.shape == want.shape == (*locs.shape, H, D) and got.dtype == dtype
+    assert torch.equal(got, want)
+    assert bool((got[0, 1] != 0).any())  # the subnormal scale was not flushed to zero
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_static_rows_equal_the_reference(dtype):
+    q, _, static, locs = _pool(1)
+    assert torch.equal(
+        kv_cpu.gather_dequantize_static(q, static, locs, dtype), kv_ref.gather_dequantize_static(q, static, locs, dtype)
+    )
+
+
+def _residuals(seed: int):
+    """Sorted keys for about a tenth of the vectors (some on locations no batch reads), their slots."""
+    gen = torch.Generator().manual_seed(seed)
+    keys = torch.randperm(SIZE * H, generator=gen)[: SIZE * H // 10].sort().values.to(torch.int32)
+    slots = torch.randperm(len(keys), generator=gen).to(torch.int32)
+    packed = torch.randint(0, 256, (len(keys), D // 2), dtype=torch.uint8, generator=gen)
+    scale16 = (torch.rand(len(keys), generator=gen) * 0.01).to(torch.float16)
+    return keys, slots, packed, scale16
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_residuals_are_added_as_the_reference_adds_them(dtype):
+    q, scales, _, locs = _pool(2)
+    keys, slots, packed, scale16 = _residuals(3)
+    base = kv_ref.gather_dequantize_per_token(q, scales, locs, dtype)
+    want = kv_ref.residual_add(base.clone(), locs, keys, slots, packed, scale16)
+    got = kv_cpu.residual_add(base.clone(), locs, keys, slots, packed, scale16)
+    assert not torch.equal(want, base)  # residuals were added
+    assert torch.equal(got, want)
+
+
+def test_no_residual_key_leaves_the_values():
+    q, scales, _, locs = _pool(4)
+    base = kv_ref.gather_dequantize_per_token(q, scales, locs, torch.bfloat16)
+    keys, slots, packed, scale16 = _residuals(5)
+    far = torch.tensor([SIZE * H + 10], dtype=torch.int32)  # a key on a location past every read one
+    got = kv_cpu.residual_add(base.clone(), locs, far, slots[:1], packed, scale16)
+    assert torch.equal(got, base)
+
+
+def test_the_reference_setting_turns_the_library_off(monkeypatch):
+    monkeypatch.setenv("STRUCTSERVE_KV_KERNELS", "reference")
+    kv_cpu._library.cache_clear()
+    try:
+        assert kv_cpu.status() == "reference"
+        q, scales, _, locs = _pool()
+        want = kv_ref.gather_dequantize_per_token(q, scales, locs, torch.bfloat16)
+        assert torch.equal(kv_cpu.gather_dequantize_per_token(q, scales, locs, torch.bfloat16), want)
+    finally:
+        kv_cpu._library.cache_clear()
