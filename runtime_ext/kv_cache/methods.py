@@ -37,8 +37,9 @@ from runtime_ext.ops import get_op, kv_cpu
 class C8DynamicKVCacheMethod(KVCacheQuantMethodBase):
     name = "c8_dynamic"
     SCALE_BLOCK_SIZE = 1
-    QUANTIZE, DEQUANTIZE = "kv_quantize_per_token", "kv_dequantize_per_token"
+    DEQUANTIZE = "kv_dequantize_per_token"  # a whole buffer (SGLang's PLAIN access)
     GATHER = "kv_gather_dequantize_per_token"  # rows at locs, dequantized (one pass on the CPU: ops.kv_cpu)
+    STORE = "kv_store_per_token"  # quantize into rows at loc (one call on the CPU)
 
     def __init__(self, dtype: Any = torch.bfloat16, rotation: KVRotation | None = None) -> None:
         self.dtype = dtype
@@ -92,9 +93,7 @@ class C8DynamicKVCacheMethod(KVCacheQuantMethodBase):
 
     def _store(self, buf, scale_buf, loc, x) -> None:
         """Quantize ``x`` (already in the stored space) into the rows ``loc``."""
-        q, s = get_op(self.QUANTIZE, buf.device.type)(x, torch.float16)
-        buf[loc] = q
-        scale_buf[loc] = s
+        get_op(self.STORE, buf.device.type)(buf, scale_buf, loc, x)
 
     def _rows(self, buffer, scales, locs, dtype):
         """Rows ``locs`` (None: all) dequantized, in the stored (possibly rotated) space."""
@@ -137,8 +136,8 @@ class C8StaticKVCacheMethod(C8DynamicKVCacheMethod):
     """The pool's per-layer "scale buffers" are the static ``[H, D]`` tensors (no per-token scales)."""
 
     name = "c8_static"
-    QUANTIZE, DEQUANTIZE = "kv_quantize_static", "kv_dequantize_static"
-    GATHER = "kv_gather_dequantize_static"
+    DEQUANTIZE = "kv_dequantize_static"
+    GATHER, STORE = "kv_gather_dequantize_static", "kv_store_static"
 
     @cached_property
     def calibration_path(self) -> Any:
@@ -163,8 +162,6 @@ class C8StaticKVCacheMethod(C8DynamicKVCacheMethod):
         bufs["k_scale_buffer"], bufs["v_scale_buffer"] = scales(calib.k_scale), scales(calib.v_scale)
         return bufs
 
-    def _store(self, buf, scale, loc, x) -> None:
-        buf[loc] = get_op(self.QUANTIZE, buf.device.type)(x, scale)
 
     def _rows(self, buffer, scales, locs, dtype):
         if locs is None:

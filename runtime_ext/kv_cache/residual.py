@@ -47,6 +47,8 @@ class ResidualSlots:
     def release(self, locs: torch.Tensor) -> None:
         if not self.keys.numel() or not locs.numel():
             return
+        if not get_op("kv_keys_on", locs.device.type)(self.keys, self.heads, locs):
+            return
         gone = torch.isin(self.keys // self.heads, locs.to(self.keys.device, torch.int32))
         if bool(gone.any()):
             self.free = torch.cat((self.slots[gone], self.free))

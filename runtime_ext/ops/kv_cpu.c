@@ -10,6 +10,7 @@
  * Layout: pool rows [size, H, D] int8, contiguous; locs [n] int64; out [n, H, D] contiguous;
  * per-token scales [size, H] float16 (C8-D); static scales [H, D] float32 (C8-S).
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -157,4 +158,62 @@ int64_t residual_add(void *values, int bf16, const int64_t *locs, int64_t n, int
     }
     free(held);
     return hits;
+}
+
+/* ---- Store: quantize new tokens into their pool rows (x [t, heads, dim] float32 or bfloat16). ---- */
+
+static inline float load_x(const void *x, int x_bf16, int64_t i) {
+    return x_bf16 ? bf16_to_float(((const uint16_t *)x)[i]) : ((const float *)x)[i];
+}
+
+static int all_finite(const void *x, int x_bf16, int64_t n) {
+    int ok = 1;
+    for (int64_t i = 0; i < n; i++) {
+        float v = load_x(x, x_bf16, i);
+        ok &= (v - v == 0.0f); /* false for NaN and inf */
+    }
+    return ok;
+}
+
+static inline int8_t q8(float v) {
+    float r = rintf(v); /* to nearest, ties to even: torch.round */
+    return (int8_t)(r > 127.0f ? 127.0f : (r < -127.0f ? -127.0f : r));
+}
+
+/* C8-D: per token and head s = absmax / 127, stored as float16 rounded after * (1 + 2^-9) (never
+ * below absmax / 127), q = clamp(round(x / s16), +-127) (s16 = 0: q = round(x)). Returns -1 and
+ * writes nothing when x holds a NaN or inf. */
+int quantize_store_token(const void *x, int x_bf16, int64_t t, int heads, int dim, const int64_t *loc, int8_t *buf,
+                         uint16_t *scale16) {
+    if (!all_finite(x, x_bf16, t * heads * dim)) return -1;
+    for (int64_t v = 0; v < t * heads; v++) {
+        const int64_t base = v * dim, row = loc[v / heads] * heads + v % heads;
+        float amax = 0.0f;
+        for (int d = 0; d < dim; d++) amax = fmaxf(amax, fabsf(load_x(x, x_bf16, base + d)));
+        _Float16 s16 = (_Float16)((amax / 127.0f) * (1.0f + 0x1p-9f));
+        float s = (float)s16, safe = s > 0.0f ? s : 1.0f;
+        for (int d = 0; d < dim; d++) buf[row * dim + d] = q8(load_x(x, x_bf16, base + d) / safe);
+        memcpy(&scale16[row], &s16, sizeof(uint16_t));
+    }
+    return 0;
+}
+
+/* C8-S: q = clamp(round(x / scale[h, d]), +-127) with the float32 per-channel scales. */
+int quantize_store_static(const void *x, int x_bf16, int64_t t, int heads, int dim, const int64_t *loc, int8_t *buf,
+                          const float *scale) {
+    const int64_t row = (int64_t)heads * dim;
+    if (!all_finite(x, x_bf16, t * row)) return -1;
+    for (int64_t i = 0; i < t; i++)
+        for (int64_t j = 0; j < row; j++) buf[loc[i] * row + j] = q8(load_x(x, x_bf16, i * row + j) / scale[j]);
+    return 0;
+}
+
+/* How many of the n locations hold a residual key (keys sorted, loc * heads + h). */
+int64_t keys_on(const int32_t *keys, int64_t m, int heads, const int64_t *locs, int64_t n) {
+    int64_t found = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t at = lower_bound(keys, m, locs[i] * heads);
+        found += at < m && keys[at] < (locs[i] + 1) * heads;
+    }
+    return found;
 }

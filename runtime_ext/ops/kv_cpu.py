@@ -42,6 +42,9 @@ _P, _I64 = ctypes.c_void_p, ctypes.c_int64
 _SIGNATURES = {
     "gather_dequant_token": (None, [_P, ctypes.c_int, _P, _P, _P, _I64, ctypes.c_int, ctypes.c_int, ctypes.c_int]),
     "gather_dequant_static": (None, [_P, ctypes.c_int, _P, _P, _P, _I64, ctypes.c_int, ctypes.c_int, ctypes.c_int]),
+    "quantize_store_token": (ctypes.c_int, [_P, ctypes.c_int, _I64, ctypes.c_int, ctypes.c_int, _P, _P, _P]),
+    "quantize_store_static": (ctypes.c_int, [_P, ctypes.c_int, _I64, ctypes.c_int, ctypes.c_int, _P, _P, _P]),
+    "keys_on": (_I64, [_P, _I64, ctypes.c_int, _P, _I64]),
     "residual_add": (
         _I64,
         [_P, ctypes.c_int, _P, _I64, ctypes.c_int, ctypes.c_int, _P, _P, _I64, _P, _P, ctypes.c_int],
@@ -150,3 +153,40 @@ def residual_add(values, locs, keys, slots, packed, scale16):
     if hits < 0:  # no memory for its bitmap: nothing was added
         return kv_ref.residual_add(values, locs, keys, slots, packed, scale16)
     return values
+
+
+def _stored(rc: int) -> None:
+    if rc < 0:
+        raise ValueError("the KV tensor holds NaN or inf; refusing to store it in the KV cache")
+
+
+def store_per_token(buf, scale_buf, loc, x) -> None:
+    """``kv_ref.store_per_token``: quantize ``x[T, H, D]`` into rows ``loc`` (scales float16)."""
+    lib, flat = _library(), torch.as_tensor(loc).reshape(-1).long()
+    if lib is None or scale_buf.dtype != torch.float16 or not _fits(x.dtype, x, buf, scale_buf, flat):
+        return kv_ref.store_per_token(buf, scale_buf, loc, x)
+    heads, dim = buf.shape[1:]
+    rc = lib.quantize_store_token(
+        x.data_ptr(), _BF16[x.dtype], flat.numel(), heads, dim, flat.data_ptr(), buf.data_ptr(), scale_buf.data_ptr()
+    )
+    return _stored(rc)
+
+
+def store_static(buf, scale, loc, x) -> None:
+    """``kv_ref.store_static``: quantize ``x[T, H, D]`` with the per-channel ``scale[H, D]`` into rows ``loc``."""
+    lib, flat = _library(), torch.as_tensor(loc).reshape(-1).long()
+    if lib is None or scale.dtype != torch.float32 or not _fits(x.dtype, x, buf, scale, flat):
+        return kv_ref.store_static(buf, scale, loc, x)
+    heads, dim = buf.shape[1:]
+    rc = lib.quantize_store_static(
+        x.data_ptr(), _BF16[x.dtype], flat.numel(), heads, dim, flat.data_ptr(), buf.data_ptr(), scale.data_ptr()
+    )
+    return _stored(rc)
+
+
+def keys_on(keys, heads: int, locs) -> bool:
+    """Whether any of ``locs`` holds one of the sorted residual ``keys`` (``loc * heads + h``)."""
+    lib, flat = _library(), locs.reshape(-1).long()
+    if lib is None or keys.dtype != torch.int32 or not _fits(torch.float32, keys, flat):
+        return kv_ref.keys_on(keys, heads, locs)
+    return lib.keys_on(keys.data_ptr(), keys.numel(), heads, flat.data_ptr(), flat.numel()) > 0

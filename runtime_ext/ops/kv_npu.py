@@ -39,6 +39,7 @@ from typing import Any
 
 import torch
 
+from runtime_ext.ops import kv_ref
 from runtime_ext.ops.kv_ref import INT8_MAX, _check_finite, take_rows
 
 HALF = (torch.float16, torch.bfloat16)
@@ -72,6 +73,14 @@ def dequantize_static(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) 
     flat = q.reshape(q.shape[0], -1)
     out = _npu().npu_anti_quant(flat, scale.reshape(-1).float(), offset=None, dst_dtype=op_dtype(dtype))
     return out.reshape(q.shape).to(dtype)
+
+
+def store_per_token(buf: torch.Tensor, scale_buf: torch.Tensor, loc, x: torch.Tensor) -> None:
+    kv_ref.store_per_token(buf, scale_buf, loc, x, quantize=quantize_per_token)
+
+
+def store_static(buf: torch.Tensor, scale: torch.Tensor, loc, x: torch.Tensor) -> None:
+    kv_ref.store_static(buf, scale, loc, x, quantize=quantize_static)
 
 
 def gather_dequantize_static(buffer: torch.Tensor, scale: torch.Tensor, locs: torch.Tensor, dtype: torch.dtype):

@@ -85,6 +85,13 @@ def dequantize_per_token(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtyp
     return _widened(q).mul_(scale.float().unsqueeze(-1)).to(dtype)
 
 
+def store_per_token(buf: torch.Tensor, scale_buf: torch.Tensor, loc, x: torch.Tensor, quantize=None) -> None:
+    """Quantize ``x[T, H, D]`` per token into the pool rows ``loc`` and their float16 scales."""
+    q, s = (quantize or quantize_per_token)(x, scale_buf.dtype)
+    buf[loc] = q
+    scale_buf[loc] = s
+
+
 def gather_dequantize_per_token(buffer: torch.Tensor, scales: torch.Tensor, locs: torch.Tensor, dtype: torch.dtype):
     """C8-D rows ``locs`` of a pool side: ``dequantize_per_token`` of the gathered rows and scales."""
     return dequantize_per_token(take_rows(buffer, locs), take_rows(scales, locs), dtype)
@@ -94,6 +101,11 @@ def quantize_static(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """C8-S: ``x[T, H, D]`` with per-channel ``scale[H, D]`` (> 0) -> int8, clamped."""
     _check_finite(x, "the KV tensor")
     return torch.round(x.float() / scale).clamp_(-INT8_MAX, INT8_MAX).to(torch.int8)
+
+
+def store_static(buf: torch.Tensor, scale: torch.Tensor, loc, x: torch.Tensor, quantize=None) -> None:
+    """Quantize ``x[T, H, D]`` with the per-channel ``scale[H, D]`` into the pool rows ``loc``."""
+    buf[loc] = (quantize or quantize_static)(x, scale)
 
 
 def dequantize_static(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -157,3 +169,8 @@ def residual_add(values, locs, keys, slots, packed, scale16) -> torch.Tensor:
         flat = values.view(-1, values.shape[-1])
         flat[hit] = (flat[hit].float() + deq).to(values.dtype)
     return values
+
+
+def keys_on(keys: torch.Tensor, heads: int, locs: torch.Tensor) -> bool:
+    """Whether any of ``locs`` holds one of the residual ``keys`` (``loc * heads + h``)."""
+    return bool(torch.isin(keys // heads, locs.to(keys.device, torch.int32)).any())

@@ -93,3 +93,56 @@ def test_the_reference_setting_turns_the_library_off(monkeypatch):
         assert torch.equal(kv_cpu.gather_dequantize_per_token(q, scales, locs, torch.bfloat16), want)
     finally:
         kv_cpu._library.cache_clear()
+
+
+def _new_tokens(dtype, seed: int = 6):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(40, H, D, generator=gen) * 3
+    x[0] = 0  # a zero vector: scale 0
+    x[1] *= 3e-4  # a scale that is subnormal in float16 (about 2e-5)
+    x[2, :, :4] = 1e3  # outlier channels
+    x[3] = torch.round(x[3] * 2) / 2  # ties for the rounding to even
+    loc = torch.randperm(SIZE - 1, generator=gen)[:40] + 1
+    return x.to(dtype), loc
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_per_token_store_equals_the_reference(dtype):
+    x, loc = _new_tokens(dtype)
+    bufs = [(torch.zeros(SIZE, H, D, dtype=torch.int8), torch.zeros(SIZE, H, dtype=torch.float16)) for _ in range(2)]
+    kv_ref.store_per_token(*bufs[0], loc, x)
+    kv_cpu.store_per_token(*bufs[1], loc, x)
+    assert torch.equal(bufs[0][0], bufs[1][0]) and torch.equal(bufs[0][1], bufs[1][1])
+    assert bool((bufs[1][1][loc[1]] > 0).all())  # the subnormal scale was kept
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_static_store_equals_the_reference(dtype):
+    x, loc = _new_tokens(dtype, 7)
+    _, _, static, _ = _pool(8)
+    static[0] = 2**-5  # x / scale exactly half-way between integers: ties go to even, as torch.round
+    x[3, 0] = (torch.arange(D) - D // 2 + 0.5) * 2**-5
+    bufs = [torch.zeros(SIZE, H, D, dtype=torch.int8) for _ in range(2)]
+    kv_ref.store_static(bufs[0], static, loc, x)
+    kv_cpu.store_static(bufs[1], static, loc, x)
+    assert torch.equal(bufs[0], bufs[1]) and int(bufs[1].abs().max()) == 127  # clamped like the reference
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_non_finite_value_is_refused_and_nothing_is_written(bad):
+    x, loc = _new_tokens(torch.float32)
+    x[5, 1, 3] = bad
+    buf, scales = torch.zeros(SIZE, H, D, dtype=torch.int8), torch.zeros(SIZE, H, dtype=torch.float16)
+    with pytest.raises(ValueError, match="NaN or inf"):
+        kv_cpu.store_per_token(buf, scales, loc, x)
+    with pytest.raises(ValueError, match="NaN or inf"):
+        kv_cpu.store_static(buf, torch.ones(H, D), loc, x)
+    assert not bool(buf.any()) and not bool(scales.any())
+
+
+def test_keys_on_finds_exactly_the_locations_with_residuals():
+    keys, *_ = _residuals(9)
+    with_keys = torch.unique(keys.long() // H)
+    without = torch.tensor(sorted(set(range(SIZE)) - set(with_keys.tolist())))
+    for locs, want in ((with_keys[:1], True), (without, False), (torch.cat((without, with_keys[-1:])), True)):
+        assert kv_cpu.keys_on(keys, H, locs) is want and kv_ref.keys_on(keys, H, locs) is want
