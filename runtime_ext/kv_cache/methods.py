@@ -162,7 +162,6 @@ class C8StaticKVCacheMethod(C8DynamicKVCacheMethod):
         bufs["k_scale_buffer"], bufs["v_scale_buffer"] = scales(calib.k_scale), scales(calib.v_scale)
         return bufs
 
-
     def _rows(self, buffer, scales, locs, dtype):
         if locs is None:
             return get_op(self.DEQUANTIZE, buffer.device.type)(buffer, scales, dtype)
