@@ -63,8 +63,9 @@ def start(model: Path, mode: str, arm: str, calib: Path | None, dtype: str = "bf
     return sglang.Engine(**options.engine_kwargs())
 
 
-def decode_speed(engine, prompts: list[list[int]], new: int) -> float:
-    """Decode tok/s of the batch ``prompts``: ``new`` more tokens per request, prefill subtracted."""
+def decode_speed(engine, prompts: list[list[int]], new: int) -> tuple[float, list]:
+    """Decode tok/s of the batch ``prompts`` (``new`` more tokens per request, prefill subtracted),
+    and the greedy tokens of the longer run."""
     seconds = []
     for n in (8, 8 + new):
         params = {"max_new_tokens": n, "ignore_eos": True, "temperature": 0}
@@ -72,7 +73,7 @@ def decode_speed(engine, prompts: list[list[int]], new: int) -> float:
         outs = engine.generate(input_ids=prompts, sampling_params=params)
         seconds.append(time.perf_counter() - t0)
         assert all(o["meta_info"]["completion_tokens"] == n for o in outs)
-    return len(prompts) * new / (seconds[1] - seconds[0])
+    return len(prompts) * new / (seconds[1] - seconds[0]), [o["output_ids"] for o in outs]
 
 
 def measure(model: Path, modes: list[str], arms: list[str], window: list[int], args) -> dict:
@@ -85,8 +86,10 @@ def measure(model: Path, modes: list[str], arms: list[str], window: list[int], a
         try:
             engine.generate(input_ids=[window], sampling_params={"max_new_tokens": 1})  # now in the prefix cache
             for b in batches:
-                tok_s = max(decode_speed(engine, [window] * b, args.new) for _ in range(args.rounds))
+                runs = [decode_speed(engine, [window] * b, args.new) for _ in range(args.rounds)]
+                tok_s = max(r[0] for r in runs)
                 best[mode, arm, b] = max(best.get((mode, arm, b), 0.0), tok_s)
+                best["tokens", mode, arm, b] = runs[-1][1]
                 tqdm.write(f"{mode} {arm} batch {b}: {tok_s:.1f} tok/s")
         finally:
             engine.shutdown()
@@ -97,14 +100,17 @@ def report(best: dict, modes: list[str], arms: list[str], args) -> None:
     batches = [int(b) for b in args.batches.split(",")]
     table = Table(title=f"decode tok/s: SmolLM2-135M bf16, {args.context}-token contexts, {args.new} new tokens")
     others = [arm for arm in arms if arm != "batched"]
-    for col in ("KV", "batch", *arms, *(f"batched / {arm}" for arm in others), "batched vs bf16 batched"):
+    cols = ("KV", "batch", *arms, *(f"batched / {arm}" for arm in others), "batched vs bf16 batched")
+    for col in (*cols, "same tokens as batched"):
         table.add_column(col, justify="right")
     for mode in modes:
         for b in batches:
             row = [f"{best[mode, arm, b]:.1f}" for arm in arms]
             ratios = [f"{best[mode, 'batched', b] / best[mode, arm, b]:.2f}×" for arm in others]
             vs_bf16 = best[mode, "batched", b] / best["bf16", "batched", b]
-            table.add_row(mode, str(b), *row, *ratios, f"{vs_bf16:.2f}×")
+            mine = best["tokens", mode, "batched", b]
+            same = " ".join(f"{arm}: {best['tokens', mode, arm, b] == mine}" for arm in others) or "-"
+            table.add_row(mode, str(b), *row, *ratios, f"{vs_bf16:.2f}×", same)
     Console().print(table)
     if args.png:
         plot(best, modes, arms, batches, args.png)

@@ -119,17 +119,20 @@ static inline int64_t lower_bound(const int32_t *keys, int64_t m, int64_t key) {
     return lo;
 }
 
-/* values[r, :] += unpack(packed[slot]) * scale16[slot], rounded once to the values' dtype. */
-static inline void add_one(void *values, int bf16, int64_t r, int dim, const uint8_t *p, float s) {
-    for (int d = 0; d < dim; d++) {
-        int v = d & 1 ? p[d >> 1] >> 4 : p[d >> 1] & 0xf;
-        float add = (float)(v > 7 ? v - 16 : v) * s;
-        if (bf16) {
-            uint16_t *o = (uint16_t *)values + r * dim + d;
-            *o = float_to_bf16(bf16_to_float(*o) + add);
-        } else {
-            ((float *)values)[r * dim + d] += add;
-        }
+/* values[r, :] += unpack(packed[slot]) * scale16[slot], rounded once to the values' dtype (dim <= 1024). */
+static inline void add_one(void *values, int bf16, int64_t r, int dim, const uint8_t *restrict p, float s) {
+    float add[1024];
+    for (int i = 0; i < dim / 2; i++) { /* low nibble first; 8..15 are -8..-1 */
+        int lo = p[i] & 0xf, hi = p[i] >> 4;
+        add[2 * i] = (float)(lo - ((lo & 8) << 1)) * s;
+        add[2 * i + 1] = (float)(hi - ((hi & 8) << 1)) * s;
+    }
+    if (bf16) {
+        uint16_t *restrict o = (uint16_t *)values + r * dim;
+        for (int d = 0; d < dim; d++) o[d] = float_to_bf16(bf16_to_float(o[d]) + add[d]);
+    } else {
+        float *restrict o = (float *)values + r * dim;
+        for (int d = 0; d < dim; d++) o[d] += add[d];
     }
 }
 

@@ -142,7 +142,7 @@ def gather_dequantize_static(buffer, scale, locs, dtype):
 def residual_add(values, locs, keys, slots, packed, scale16):
     """``kv_ref.residual_add`` (in place on ``values[T, H, D]``), one pass."""
     lib, flat = _library(), locs.reshape(-1).long()
-    ok = keys.dtype == slots.dtype == torch.int32 and scale16.dtype == torch.float16
+    ok = keys.dtype == slots.dtype == torch.int32 and scale16.dtype == torch.float16 and values.shape[-1] <= 1024
     if lib is None or not ok or not _fits(values.dtype, values, flat, keys, slots, packed, scale16):
         return kv_ref.residual_add(values, locs, keys, slots, packed, scale16)
     heads, dim = values.shape[-2:]
@@ -162,7 +162,7 @@ def _stored(rc: int) -> None:
 
 def store_per_token(buf, scale_buf, loc, x) -> None:
     """``kv_ref.store_per_token``: quantize ``x[T, H, D]`` into rows ``loc`` (scales float16)."""
-    lib, flat = _library(), torch.as_tensor(loc).reshape(-1).long()
+    lib, flat, x = _library(), torch.as_tensor(loc).reshape(-1).long(), x.contiguous()  # (K/V: views of qkv)
     if lib is None or scale_buf.dtype != torch.float16 or not _fits(x.dtype, x, buf, scale_buf, flat):
         return kv_ref.store_per_token(buf, scale_buf, loc, x)
     heads, dim = buf.shape[1:]
@@ -174,7 +174,7 @@ def store_per_token(buf, scale_buf, loc, x) -> None:
 
 def store_static(buf, scale, loc, x) -> None:
     """``kv_ref.store_static``: quantize ``x[T, H, D]`` with the per-channel ``scale[H, D]`` into rows ``loc``."""
-    lib, flat = _library(), torch.as_tensor(loc).reshape(-1).long()
+    lib, flat, x = _library(), torch.as_tensor(loc).reshape(-1).long(), x.contiguous()
     if lib is None or scale.dtype != torch.float32 or not _fits(x.dtype, x, buf, scale, flat):
         return kv_ref.store_static(buf, scale, loc, x)
     heads, dim = buf.shape[1:]

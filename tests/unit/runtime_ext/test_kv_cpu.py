@@ -146,3 +146,25 @@ def test_keys_on_finds_exactly_the_locations_with_residuals():
     without = torch.tensor(sorted(set(range(SIZE)) - set(with_keys.tolist())))
     for locs, want in ((with_keys[:1], True), (without, False), (torch.cat((without, with_keys[-1:])), True)):
         assert kv_cpu.keys_on(keys, H, locs) is want and kv_ref.keys_on(keys, H, locs) is want
+
+
+@pytest.mark.parametrize("rotation", ["none", "kv"])
+def test_the_methods_store_and_read_through_the_compiled_calls(rotation, monkeypatch):
+    """SGLang hands the store K and V as views of the qkv output (not contiguous): they still take
+    the compiled path, not the reference."""
+    if kv_cpu.status() != "native":
+        pytest.skip("no compiled library here")
+    from runtime_ext.kv_cache.methods import C8DynamicKVCacheMethod
+
+    for name in ("store_per_token", "gather_dequantize_per_token"):
+        monkeypatch.setattr(kv_ref, name, lambda *a, **k: pytest.fail("the reference ran"))
+    method = C8DynamicKVCacheMethod(torch.bfloat16, rotation=rotation)
+    bufs = method.create_buffers(SIZE, H, D, 1, "cpu")
+    qkv = torch.randn(4, 3 * H * D, dtype=torch.bfloat16)
+    k, v = qkv[:, H * D : 2 * H * D], qkv[:, 2 * H * D :]
+    assert not k.is_contiguous()
+    loc = torch.tensor([3, 9, 4, 200])
+    method.quantize_and_store(bufs["k_buffer"][0], bufs["v_buffer"][0], bufs["k_scale_buffer"][0],
+                              bufs["v_scale_buffer"][0], loc, k, v)  # fmt: skip
+    rows = method.gather(bufs["v_buffer"][0], bufs["v_scale_buffer"][0], loc)
+    assert rows.shape == (4, H, D) and bool(rows.any())
