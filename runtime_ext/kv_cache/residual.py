@@ -5,6 +5,10 @@ stores ``r = x − deq8`` as INT4 (``kv_quantize_residual``) in a *slot* of this
 return ``deq8 + deq4``. The buffer has a fixed number of slots (allocated with the pool);
 the index is sparse: ``keys`` (sorted int32 ``loc * H + head``) and the int32 slot of each.
 
+Every array is allocated once at its full size, so the compiled CPU calls (``ops.kv_cpu``) can
+update it in place: ``_keys``/``_slots`` hold ``used`` entries, ``_free`` is a stack of free slots
+(taken from the top) holding ``nfree``; ``counts`` = (used, nfree, outliers, dropped).
+
 Contracts:
 - ``store(locs, x, deq8)`` first releases every slot held by ``locs`` (a re-used page never
   reads a stale residual), then takes slots for the new outliers. When no slot is free the
@@ -22,16 +26,19 @@ import torch
 from runtime_ext.kv_cache.sizing import residual_slot_bytes
 from runtime_ext.ops import get_op
 
+USED, NFREE, OUTLIERS, DROPPED = range(4)
+
 
 class ResidualSlots:
     def __init__(self, capacity: int, heads: int, head_dim: int, tau: float, device: torch.device | str) -> None:
         self.heads, self.tau = heads, tau
         self.packed = torch.zeros((capacity, head_dim // 2), dtype=torch.uint8, device=device)
         self.scale = torch.zeros((capacity,), dtype=torch.float16, device=device)
-        self.keys = torch.empty(0, dtype=torch.int32, device=device)
-        self.slots = torch.empty(0, dtype=torch.int32, device=device)
-        self.free = torch.arange(capacity, dtype=torch.int32, device=device)
-        self.seen = self.outliers = self.dropped = 0
+        self._keys = torch.zeros(capacity, dtype=torch.int32, device=device)
+        self._slots = torch.zeros(capacity, dtype=torch.int32, device=device)
+        self._free = torch.arange(capacity - 1, -1, -1, dtype=torch.int32, device=device)  # slot 0 on top
+        self.counts = torch.tensor([0, capacity, 0, 0], dtype=torch.int64)  # on the host: read every step
+        self.seen = 0
 
     @property
     def capacity(self) -> int:
@@ -39,50 +46,50 @@ class ResidualSlots:
 
     @property
     def used(self) -> int:
-        return int(self.keys.numel())
+        return int(self.counts[USED])
+
+    @property
+    def outliers(self) -> int:
+        return int(self.counts[OUTLIERS])
+
+    @property
+    def dropped(self) -> int:
+        return int(self.counts[DROPPED])
+
+    @property
+    def keys(self) -> torch.Tensor:
+        return self._keys[: self.used]
+
+    @property
+    def slots(self) -> torch.Tensor:
+        return self._slots[: self.used]
+
+    @property
+    def free(self) -> torch.Tensor:
+        return self._free[: int(self.counts[NFREE])]
 
     def nbytes(self) -> int:
         return self.capacity * residual_slot_bytes(self.packed.shape[1] * 2)
 
+    def _state(self) -> tuple:
+        return self._keys, self._slots, self._free, self.counts, self.packed, self.scale
+
     def release(self, locs: torch.Tensor) -> None:
-        if not self.keys.numel() or not locs.numel():
-            return
-        if not get_op("kv_keys_on", locs.device.type)(self.keys, self.heads, locs):
-            return
-        gone = torch.isin(self.keys // self.heads, locs.to(self.keys.device, torch.int32))
-        if bool(gone.any()):
-            self.free = torch.cat((self.slots[gone], self.free))
-            self.keys, self.slots = self.keys[~gone], self.slots[~gone]
+        if self.used and locs.numel():
+            get_op("kv_residual_release", locs.device.type)(*self._state()[:4], self.heads, locs.reshape(-1))
 
     def clear(self) -> None:
-        self.free = torch.cat((self.slots, self.free))
-        self.keys, self.slots = self.keys[:0], self.slots[:0]
+        used, nfree = self.used, int(self.counts[NFREE])
+        self._free[nfree : nfree + used] = self._slots[:used]
+        self.counts[USED], self.counts[NFREE] = 0, nfree + used
 
     def store(self, locs: torch.Tensor, x: torch.Tensor, deq8: torch.Tensor) -> None:
         """``x``/``deq8``: ``[T, H, D]`` for the tokens written at ``locs[T]``."""
-        from runtime_ext.ops.kv_ref import relative_error
-
-        self.release(locs)
-        outlier = relative_error(x, deq8) > self.tau  # [T, H]
-        self.seen += outlier.numel()
-        token, head = outlier.nonzero(as_tuple=True)
-        n = int(token.numel())
-        self.outliers += n
-        if n == 0:
-            return
-        take = min(n, int(self.free.numel()))
-        self.dropped += n - take
-        token, head = token[:take], head[:take]
-        slots, self.free = self.free[:take], self.free[take:]
-        residual = x[token, head].float() - deq8[token, head].float()
-        packed, scale = get_op("kv_quantize_residual", x.device.type)(residual)
-        self.packed[slots], self.scale[slots] = packed, scale.to(torch.float16)
-        keys = torch.cat((self.keys, (locs.to(torch.int32)[token] * self.heads + head).to(torch.int32)))
-        order = keys.argsort()
-        self.keys, self.slots = keys[order], torch.cat((self.slots, slots))[order]
+        self.seen += x.shape[0] * x.shape[1]
+        get_op("kv_residual_store", x.device.type)(*self._state(), self.heads, self.tau, locs.reshape(-1), x, deq8)
 
     def apply(self, locs: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-        if not self.keys.numel():
+        if not self.used:
             return values
         add = get_op("kv_residual_add", values.device.type)
         return add(values, locs, self.keys, self.slots, self.packed, self.scale)

@@ -7,7 +7,8 @@
 - ``c8_static_residual``: ``c8_static`` plus the residual side buffer's share: slots for
   ``RESIDUAL_HEADROOM ×`` the calibrated outlier rate of the vectors (at least
   ``RESIDUAL_MIN_RATE``), each slot holding D/2
-  packed INT4 bytes, a float16 scale and its index entry (int32 key + int32 slot id).
+  packed INT4 bytes, a float16 scale, its index entry (int32 key + int32 slot id) and its entry
+  in the free-slot stack (int32).
 
 ``tokens_for_budget`` turns a KV byte budget into a pool size (whole pages).
 """
@@ -21,7 +22,7 @@ KVMode = Literal["bf16", "c8_dynamic", "c8_static", "c8_static_residual"]
 KV_MODES: tuple[KVMode, ...] = get_args(KVMode)
 RESIDUAL_HEADROOM = 6.0  # slots reserved per calibrated outlier (held-out text runs ~4x the calibration rate)
 RESIDUAL_MIN_RATE = 0.01  # slots for at least 1% of the vectors, whatever the calibration saw
-RESIDUAL_SLOT_OVERHEAD = 2 + 4 + 4  # float16 scale, int32 key, int32 slot id
+RESIDUAL_SLOT_OVERHEAD = 2 + 4 + 4 + 4  # float16 scale, int32 key, int32 slot id, int32 free-stack entry
 
 
 def residual_rate(outlier_rate: float) -> float:

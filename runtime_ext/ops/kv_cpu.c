@@ -211,12 +211,105 @@ int quantize_store_static(const void *x, int x_bf16, int64_t t, int heads, int d
     return 0;
 }
 
-/* How many of the n locations hold a residual key (keys sorted, loc * heads + h). */
-int64_t keys_on(const int32_t *keys, int64_t m, int heads, const int64_t *locs, int64_t n) {
-    int64_t found = 0;
-    for (int64_t i = 0; i < n; i++) {
-        int64_t at = lower_bound(keys, m, locs[i] * heads);
-        found += at < m && keys[at] < (locs[i] + 1) * heads;
+/* ---- The INT4 residual side buffer (runtime_ext/kv_cache/residual.py): its store in one call. ----
+ * State: keys[used] sorted (loc * heads + h) with slots[used] beside them, a free-slot stack
+ * free_[nfree] (taken from the top), counts = {used, nfree, outliers, dropped}. */
+
+static inline int64_t upper_bound(const int32_t *keys, int64_t m, int64_t key) {
+    int64_t lo = 0, hi = m;
+    while (lo < hi) {
+        int64_t mid = (lo + hi) >> 1;
+        if (keys[mid] <= key) lo = mid + 1;
+        else hi = mid;
     }
+    return lo;
+}
+
+/* Drop the keys of the n locations; their slots go on the free stack in key order. The common
+ * case (fresh locations, nothing held) costs one search per location; otherwise one pass over the
+ * keys from the first one held, with a bitmap of the locations. Returns -1 without memory. */
+int residual_release(int32_t *keys, int32_t *slots, int32_t *free_, int64_t *counts, int heads, const int64_t *locs,
+                     int64_t n) {
+    int64_t used = counts[0], nfree = counts[1], first = used, span = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t at = lower_bound(keys, used, locs[i] * heads);
+        if (at < used && keys[at] < (locs[i] + 1) * heads && at < first) first = at;
+        if (locs[i] + 1 > span) span = locs[i] + 1;
+    }
+    if (first == used) return 0;
+    uint64_t *drop = calloc((size_t)(span + 63) / 64, sizeof(uint64_t));
+    if (drop == NULL) return -1;
+    for (int64_t i = 0; i < n; i++)
+        if (locs[i] >= 0) drop[locs[i] >> 6] |= 1ull << (locs[i] & 63);
+    int64_t kept = first;
+    for (int64_t j = first; j < used; j++) {
+        const int64_t loc = keys[j] / heads;
+        if (loc < span && ((drop[loc >> 6] >> (loc & 63)) & 1)) {
+            free_[nfree++] = slots[j];
+        } else {
+            keys[kept] = keys[j];
+            slots[kept++] = slots[j];
+        }
+    }
+    free(drop);
+    counts[0] = kept;
+    counts[1] = nfree;
+    return 0;
+}
+
+/* ||x - deq|| / ||x|| (0 for a zero vector), accumulated in double. */
+static double relative_error_of(const void *x, int x_bf16, const void *deq, int deq_bf16, int64_t base, int dim) {
+    double num = 0.0, den = 0.0;
+    for (int d = 0; d < dim; d++) {
+        float xv = load_x(x, x_bf16, base + d), diff = xv - load_x(deq, deq_bf16, base + d);
+        num += (double)diff * diff;
+        den += (double)xv * xv;
+    }
+    return den > 0.0 ? sqrt(num) / sqrt(den) : 0.0;
+}
+
+/* r = x - deq as INT4 (absmax / 7 per vector, round half to even, +-7), packed low nibble first. */
+static void quantize_residual_one(const void *x, int x_bf16, const void *deq, int deq_bf16, int64_t base, int dim,
+                                  uint8_t *out, uint16_t *scale16) {
+    float r[1024], amax = 0.0f;
+    for (int d = 0; d < dim; d++) {
+        r[d] = load_x(x, x_bf16, base + d) - load_x(deq, deq_bf16, base + d);
+        amax = fmaxf(amax, fabsf(r[d]));
+    }
+    float s = amax / 7.0f, safe = s > 0.0f ? s : 1.0f;
+    for (int d = 0; d < dim; d += 2) {
+        float lo = fminf(fmaxf(rintf(r[d] / safe), -7.0f), 7.0f), hi = fminf(fmaxf(rintf(r[d + 1] / safe), -7.0f), 7.0f);
+        out[d / 2] = (uint8_t)(((int)lo & 0xf) | (((int)hi & 0xf) << 4));
+    }
+    _Float16 s16 = (_Float16)s;
+    memcpy(scale16, &s16, sizeof(uint16_t));
+}
+
+/* Store the t new tokens at locs: release what those locations held, then give every vector
+ * whose relative INT8 error exceeds tau a slot (while the stack has one; else count it dropped)
+ * holding its INT4 residual, its key inserted in order. Returns the outliers seen (-1: no memory,
+ * nothing changed). */
+int64_t residual_store(const void *x, int x_bf16, const void *deq, int deq_bf16, int64_t t, int heads, int dim,
+                       const int64_t *locs, float tau, int32_t *keys, int32_t *slots, int32_t *free_, int64_t *counts,
+                       uint8_t *packed, uint16_t *scale16) {
+    if (residual_release(keys, slots, free_, counts, heads, locs, t) < 0) return -1;
+    int64_t found = 0;
+    for (int64_t v = 0; v < t * heads; v++) {
+        if (!(relative_error_of(x, x_bf16, deq, deq_bf16, v * dim, dim) > (double)tau)) continue;
+        found++;
+        if (counts[1] == 0) {
+            counts[3]++;
+            continue;
+        }
+        const int32_t slot = free_[--counts[1]];
+        quantize_residual_one(x, x_bf16, deq, deq_bf16, v * dim, dim, packed + (int64_t)slot * (dim / 2), &scale16[slot]);
+        const int64_t key = locs[v / heads] * heads + v % heads, at = upper_bound(keys, counts[0], key);
+        memmove(keys + at + 1, keys + at, (size_t)(counts[0] - at) * sizeof(int32_t));
+        memmove(slots + at + 1, slots + at, (size_t)(counts[0] - at) * sizeof(int32_t));
+        keys[at] = (int32_t)key;
+        slots[at] = slot;
+        counts[0]++;
+    }
+    counts[2] += found;
     return found;
 }

@@ -44,7 +44,12 @@ _SIGNATURES = {
     "gather_dequant_static": (None, [_P, ctypes.c_int, _P, _P, _P, _I64, ctypes.c_int, ctypes.c_int, ctypes.c_int]),
     "quantize_store_token": (ctypes.c_int, [_P, ctypes.c_int, _I64, ctypes.c_int, ctypes.c_int, _P, _P, _P]),
     "quantize_store_static": (ctypes.c_int, [_P, ctypes.c_int, _I64, ctypes.c_int, ctypes.c_int, _P, _P, _P]),
-    "keys_on": (_I64, [_P, _I64, ctypes.c_int, _P, _I64]),
+    "residual_release": (ctypes.c_int, [_P, _P, _P, _P, ctypes.c_int, _P, _I64]),
+    "residual_store": (
+        _I64,
+        [_P, ctypes.c_int, _P, ctypes.c_int, _I64, ctypes.c_int, ctypes.c_int, _P, ctypes.c_float]
+        + [_P, _P, _P, _P, _P, _P],
+    ),
     "residual_add": (
         _I64,
         [_P, ctypes.c_int, _P, _I64, ctypes.c_int, ctypes.c_int, _P, _P, _I64, _P, _P, ctypes.c_int],
@@ -184,9 +189,32 @@ def store_static(buf, scale, loc, x) -> None:
     return _stored(rc)
 
 
-def keys_on(keys, heads: int, locs) -> bool:
-    """Whether any of ``locs`` holds one of the sorted residual ``keys`` (``loc * heads + h``)."""
+def _state_fits(keys, slots, free, counts) -> bool:
+    ok = keys.dtype == slots.dtype == free.dtype == torch.int32 and counts.dtype == torch.int64
+    return ok and _fits(torch.float32, keys, slots, free, counts)
+
+
+def residual_release(keys, slots, free, counts, heads: int, locs) -> None:
+    """``kv_ref.residual_release`` in one call (a search per location when none holds a key)."""
     lib, flat = _library(), locs.reshape(-1).long()
-    if lib is None or keys.dtype != torch.int32 or not _fits(torch.float32, keys, flat):
-        return kv_ref.keys_on(keys, heads, locs)
-    return lib.keys_on(keys.data_ptr(), keys.numel(), heads, flat.data_ptr(), flat.numel()) > 0
+    if lib is None or not _state_fits(keys, slots, free, counts) or not _fits(torch.float32, flat):
+        return kv_ref.residual_release(keys, slots, free, counts, heads, locs)
+    args = (keys.data_ptr(), slots.data_ptr(), free.data_ptr(), counts.data_ptr(), heads, flat.data_ptr(), flat.numel())
+    if lib.residual_release(*args) < 0:
+        kv_ref.residual_release(keys, slots, free, counts, heads, locs)
+
+
+def residual_store(keys, slots, free, counts, packed, scale16, heads: int, tau: float, locs, x, deq8) -> None:
+    """``kv_ref.residual_store`` in one call. The relative error is summed in double here, so a vector
+    whose error is within float rounding of ``tau`` may be decided the other way than by the reference."""
+    lib, flat, x, deq8 = _library(), locs.reshape(-1).long(), x.contiguous(), deq8.contiguous()
+    ok = lib is not None and _state_fits(keys, slots, free, counts) and x.shape[-1] <= 1024
+    if not ok or deq8.dtype not in _BF16 or not _fits(x.dtype, x, deq8, flat, packed, scale16):
+        return kv_ref.residual_store(keys, slots, free, counts, packed, scale16, heads, tau, locs, x, deq8)
+    found = lib.residual_store(
+        x.data_ptr(), _BF16[x.dtype], deq8.data_ptr(), _BF16[deq8.dtype], x.shape[0], heads, x.shape[-1],
+        flat.data_ptr(), tau, keys.data_ptr(), slots.data_ptr(), free.data_ptr(), counts.data_ptr(),
+        packed.data_ptr(), scale16.data_ptr(),
+    )  # fmt: skip
+    if found < 0:  # no memory for the release's bitmap: nothing changed
+        kv_ref.residual_store(keys, slots, free, counts, packed, scale16, heads, tau, locs, x, deq8)

@@ -171,6 +171,40 @@ def residual_add(values, locs, keys, slots, packed, scale16) -> torch.Tensor:
     return values
 
 
-def keys_on(keys: torch.Tensor, heads: int, locs: torch.Tensor) -> bool:
-    """Whether any of ``locs`` holds one of the residual ``keys`` (``loc * heads + h``)."""
-    return bool(torch.isin(keys // heads, locs.to(keys.device, torch.int32)).any())
+def residual_release(keys, slots, free, counts, heads: int, locs: torch.Tensor) -> None:
+    """Drop the residual keys of ``locs`` from the sorted ``keys[:used]`` (and ``slots`` beside
+    them); their slots go on top of the ``free`` stack in key order. ``counts``: (used, nfree, ...)."""
+    used, nfree = int(counts[0]), int(counts[1])
+    gone = torch.isin(keys[:used] // heads, locs.to(keys.device, torch.int32))
+    n = int(gone.sum())
+    if n == 0:
+        return
+    free[nfree : nfree + n] = slots[:used][gone]
+    keep = ~gone
+    keys[: used - n], slots[: used - n] = keys[:used][keep].clone(), slots[:used][keep].clone()
+    counts[0], counts[1] = used - n, nfree + n
+
+
+def residual_store(keys, slots, free, counts, packed, scale16, heads: int, tau: float, locs, x, deq8) -> None:
+    """Store new tokens in a residual side buffer (``ResidualSlots``): release what ``locs`` held,
+    then each vector with ``relative_error(x, deq8) > tau`` (in row-major order) takes the slot on
+    top of the ``free`` stack for its INT4 residual, its key ``loc * heads + h`` inserted in order
+    (after equal keys); without a free slot it is counted dropped. ``counts``: (used, nfree,
+    outliers, dropped), updated in place."""
+    residual_release(keys, slots, free, counts, heads, locs)
+    token, head = (relative_error(x, deq8) > tau).nonzero(as_tuple=True)
+    n = int(token.numel())
+    counts[2] += n
+    if n == 0:
+        return
+    used, nfree = int(counts[0]), int(counts[1])
+    take = min(n, nfree)
+    counts[3] += n - take
+    token, head = token[:take], head[:take]
+    taken = free[nfree - take : nfree].flip(0)
+    packed_r, scale_r = quantize_residual(x[token, head].float() - deq8[token, head].float())
+    packed[taken.long()], scale16[taken.long()] = packed_r, scale_r.to(torch.float16)
+    all_keys = torch.cat((keys[:used], (locs.to(torch.int32)[token] * heads + head).to(torch.int32)))
+    order = all_keys.argsort(stable=True)
+    keys[: used + take], slots[: used + take] = all_keys[order], torch.cat((slots[:used], taken))[order]
+    counts[0], counts[1] = used + take, nfree - take

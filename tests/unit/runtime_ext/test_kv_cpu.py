@@ -140,14 +140,6 @@ def test_a_non_finite_value_is_refused_and_nothing_is_written(bad):
     assert not bool(buf.any()) and not bool(scales.any())
 
 
-def test_keys_on_finds_exactly_the_locations_with_residuals():
-    keys, *_ = _residuals(9)
-    with_keys = torch.unique(keys.long() // H)
-    without = torch.tensor(sorted(set(range(SIZE)) - set(with_keys.tolist())))
-    for locs, want in ((with_keys[:1], True), (without, False), (torch.cat((without, with_keys[-1:])), True)):
-        assert kv_cpu.keys_on(keys, H, locs) is want and kv_ref.keys_on(keys, H, locs) is want
-
-
 @pytest.mark.parametrize("rotation", ["none", "kv"])
 def test_the_methods_store_and_read_through_the_compiled_calls(rotation, monkeypatch):
     """SGLang hands the store K and V as views of the qkv output (not contiguous): they still take
@@ -168,3 +160,44 @@ def test_the_methods_store_and_read_through_the_compiled_calls(rotation, monkeyp
                               bufs["v_scale_buffer"][0], loc, k, v)  # fmt: skip
     rows = method.gather(bufs["v_buffer"][0], bufs["v_scale_buffer"][0], loc)
     assert rows.shape == (4, H, D) and bool(rows.any())
+
+
+def _side(capacity: int):
+    from runtime_ext.kv_cache.residual import ResidualSlots
+
+    return ResidualSlots(capacity, H, D, tau=0.02, device="cpu")
+
+
+def _state(side) -> list:
+    used = side.slots.long()
+    return [side.keys, side.slots, side.free, side.counts, side.packed[used], side.scale[used]]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_residual_store_and_release_leave_the_state_the_reference_leaves(dtype):
+    """The same stores and releases through the compiled calls and through the reference: equal keys,
+    slots, free stack, counts and residuals (no error lies within 1e-4 of tau: the compiled call sums
+    in double, so a near tie may go either way)."""
+    gen = torch.Generator().manual_seed(11)
+    scale = torch.full((H, D), 4.0 / 127)
+    sides = {name: _side(40) for name in ("ref", "cpu")}
+    steps = []
+    for step in range(6):
+        x = torch.randn(30, H, D, generator=gen)
+        x[torch.rand(30, H, generator=gen) < 0.3] *= 4  # clamped: well above tau
+        x = x.to(dtype)
+        deq8 = kv_ref.dequantize_static(kv_ref.quantize_static(x, scale), scale, dtype)
+        eps = kv_ref.relative_error(x, deq8)
+        assert float(((eps - 0.02).abs() / 0.02).min()) > 1e-4
+        locs = torch.randperm(SIZE, generator=gen)[:30] if step != 3 else steps[0][0]  # step 3 rewrites step 0's
+        steps.append((locs, x, deq8))
+    for name, side in sides.items():
+        impl = kv_ref if name == "ref" else kv_cpu
+        for i, (locs, x, deq8) in enumerate(steps):
+            impl.residual_store(*side._state(), H, side.tau, locs, x, deq8)
+            if i == 4:
+                impl.residual_release(*side._state()[:4], H, torch.cat((steps[1][0], torch.tensor([SIZE + 5]))))
+    ref, cpu = _state(sides["ref"]), _state(sides["cpu"])
+    assert int(sides["ref"].counts[3]) > 0 and 0 < sides["ref"].used  # it filled up and dropped some
+    for want, got in zip(ref, cpu):
+        assert torch.equal(want, got)
