@@ -15,27 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static inline float half_to_float(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-    if (exp == 0) {
-        if (man == 0) {
-            bits = sign;
-        } else { /* subnormal: normalize */
-            exp = 127 - 15 + 1;
-            while (!(man & 0x400)) {
-                man <<= 1;
-                exp--;
-            }
-            bits = sign | (exp << 23) | ((man & 0x3ff) << 13);
-        }
-    } else if (exp == 0x1f) {
-        bits = sign | 0x7f800000 | (man << 13);
-    } else {
-        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
-    }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
+static inline float half_to_float(uint16_t h) { /* exact, subnormals included (one instruction with F16C) */
+    _Float16 f;
+    memcpy(&f, &h, sizeof(f));
+    return (float)f;
 }
 
 /* Round to nearest even, as c10::BFloat16 does for finite values (a stored value is always finite:
@@ -54,32 +37,52 @@ static inline float bf16_to_float(uint16_t b) {
     return f;
 }
 
+#if defined(__AVX512BF16__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#include <immintrin.h>
+/* 32 values: bf16(q * s) with the float32 products rounded to nearest even by VCVTNE2PS2BF16, which
+ * treats subnormals as zero; no product here is one (|q| >= 1, s >= 2^-24, or exactly 0). */
+static inline void bf16_32(uint16_t *o, const int8_t *q, __m512 s_lo, __m512 s_hi) {
+    __m256i q8 = _mm256_loadu_si256((const __m256i *)q);
+    __m512 lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q8))), s_lo);
+    __m512 hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q8, 1))), s_hi);
+    _mm512_storeu_si512((void *)o, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+}
+#define BF16_STEP 32
+#else
+#define BF16_STEP 0
+#endif
+
 /* One vector of d values, one scale: out[i] = q[i] * s. */
 static inline void dequant_one(void *out, int bf16, const int8_t *restrict q, float s, int d) {
     if (bf16) {
         uint16_t *restrict o = (uint16_t *)out;
-        for (int i = 0; i < d; i++) o[i] = float_to_bf16((float)q[i] * s);
+        int i = 0;
+#if BF16_STEP
+        const __m512 vs = _mm512_set1_ps(s);
+        for (; i + BF16_STEP <= d; i += BF16_STEP) bf16_32(o + i, q + i, vs, vs);
+#endif
+        for (; i < d; i++) o[i] = float_to_bf16((float)q[i] * s);
     } else {
         float *restrict o = (float *)out;
         for (int i = 0; i < d; i++) o[i] = (float)q[i] * s;
     }
 }
 
-/* One row of d values, a scale each: out[i] = q[i] * s[i]. */
-static inline void dequant_each(void *out, int bf16, const int8_t *restrict q, const float *restrict s, int d) {
+/* One row of d values, a scale each: out[i] = q[i] * s[i] (wide: every scale is >= 2^-100 in
+ * magnitude, so no product is subnormal and the vector conversion may run). */
+static inline void dequant_each(void *out, int bf16, const int8_t *restrict q, const float *restrict s, int d, int wide) {
     if (bf16) {
         uint16_t *restrict o = (uint16_t *)out;
-        for (int i = 0; i < d; i++) o[i] = float_to_bf16((float)q[i] * s[i]);
+        int i = 0;
+#if BF16_STEP
+        for (; wide && i + BF16_STEP <= d; i += BF16_STEP)
+            bf16_32(o + i, q + i, _mm512_loadu_ps(s + i), _mm512_loadu_ps(s + i + 16));
+#endif
+        for (; i < d; i++) o[i] = float_to_bf16((float)q[i] * s[i]);
     } else {
         float *restrict o = (float *)out;
         for (int i = 0; i < d; i++) o[i] = (float)q[i] * s[i];
     }
-}
-
-/* Rows are where the allocator put them: fetch a few rows ahead of the one being converted. */
-#define AHEAD 8
-static inline void prefetch_row(const int8_t *p, int64_t bytes) {
-    for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, 0);
 }
 
 /* C8-D: out[i, h, :] = pool[locs[i], h, :] * scale16[locs[i], h]. */
@@ -89,7 +92,6 @@ void gather_dequant_token(void *out, int bf16, const int8_t *pool, const uint16_
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t i = 0; i < n; i++) {
         const int64_t loc = locs[i];
-        if (i + AHEAD < n) prefetch_row(pool + locs[i + AHEAD] * row, row);
         for (int h = 0; h < heads; h++) {
             dequant_one((char *)out + (i * row + (int64_t)h * dim) * elem, bf16, pool + loc * row + (int64_t)h * dim,
                         half_to_float(scale16[loc * heads + h]), dim);
@@ -101,10 +103,11 @@ void gather_dequant_token(void *out, int bf16, const int8_t *pool, const uint16_
 void gather_dequant_static(void *out, int bf16, const int8_t *pool, const float *scale, const int64_t *locs,
                            int64_t n, int heads, int dim, int threads) {
     const int64_t row = (int64_t)heads * dim, elem = bf16 ? 2 : 4;
+    int wide = 1;
+    for (int64_t j = 0; j < row; j++) wide &= fabsf(scale[j]) >= 0x1p-100f;
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t i = 0; i < n; i++) {
-        if (i + AHEAD < n) prefetch_row(pool + locs[i + AHEAD] * row, row);
-        dequant_each((char *)out + i * row * elem, bf16, pool + locs[i] * row, scale, (int)row);
+        dequant_each((char *)out + i * row * elem, bf16, pool + locs[i] * row, scale, (int)row, wide);
     }
 }
 

@@ -84,19 +84,25 @@ def _compile(flags: tuple[str, ...]) -> Path:
     return target
 
 
+def load(flags: tuple[str, ...]) -> ctypes.CDLL | None:
+    """The library built with ``flags``, its signatures set (None if it cannot be built or loaded)."""
+    try:
+        lib = ctypes.CDLL(str(_compile(flags)))
+    except (OSError, subprocess.SubprocessError) as exc:
+        log.warning("C8 KV kernels: %s failed (%s)", " ".join(flags), exc)
+        return None
+    for name, (restype, argtypes) in _SIGNATURES.items():
+        getattr(lib, name).restype, getattr(lib, name).argtypes = restype, argtypes
+    return lib
+
+
 @cache
 def _library() -> ctypes.CDLL | None:
     if RuntimeExtConfig.from_env().kv_kernels != "native":
         return None
     for flags in (X86_FLAGS, PORTABLE_FLAGS) if platform.machine() in ("x86_64", "AMD64") else (PORTABLE_FLAGS,):
-        try:
-            lib = ctypes.CDLL(str(_compile(flags)))
-        except (OSError, subprocess.SubprocessError) as exc:
-            log.warning("C8 KV kernels: %s failed (%s)", " ".join(flags), exc)
-            continue
-        for name, (restype, argtypes) in _SIGNATURES.items():
-            getattr(lib, name).restype, getattr(lib, name).argtypes = restype, argtypes
-        return lib
+        if (lib := load(flags)) is not None:
+            return lib
     log.warning("C8 KV kernels: no compiled library, using the torch reference")
     return None
 

@@ -15,6 +15,18 @@ from runtime_ext.ops import get_op, kv_cpu, kv_ref
 SIZE, H, D = 300, 3, 64
 
 
+@pytest.fixture(autouse=True, params=["native", "portable"])
+def library(request, monkeypatch):
+    """Every test on both builds: this CPU's (``-march=native``: AVX-512 BF16 conversions here) and
+    the portable one (plain C loops, what a CPU without those instructions runs)."""
+    if request.param == "portable":
+        lib = kv_cpu.load(kv_cpu.PORTABLE_FLAGS)
+        if lib is None:
+            pytest.skip("no C compiler")
+        monkeypatch.setattr(kv_cpu, "_library", lambda: lib)
+    return request.param
+
+
 def _pool(seed: int = 0):
     gen = torch.Generator().manual_seed(seed)
     q = torch.randint(-127, 128, (SIZE, H, D), dtype=torch.int8, generator=gen)
@@ -46,8 +58,11 @@ def test_per_token_rows_equal_the_reference(dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_static_rows_equal_the_reference(dtype):
+@pytest.mark.parametrize("subnormal", [False, True])
+def test_static_rows_equal_the_reference(dtype, subnormal):
     q, _, static, locs = _pool(1)
+    if subnormal:
+        static[2, 5] = 1e-41  # a float32 subnormal scale: its products are subnormal too
     assert torch.equal(
         kv_cpu.gather_dequantize_static(q, static, locs, dtype), kv_ref.gather_dequantize_static(q, static, locs, dtype)
     )
@@ -83,7 +98,9 @@ def test_no_residual_key_leaves_the_values():
     assert torch.equal(got, base)
 
 
-def test_the_reference_setting_turns_the_library_off(monkeypatch):
+def test_the_reference_setting_turns_the_library_off(monkeypatch, library):
+    if library == "portable":
+        pytest.skip("the setting is read by the cached loader, not by a fixed library")
     monkeypatch.setenv("STRUCTSERVE_KV_KERNELS", "reference")
     kv_cpu._library.cache_clear()
     try:
