@@ -1,7 +1,7 @@
 """INT4 residual side buffer for C8-S outlier vectors (one per layer and K-or-V).
 
 A (token, head) vector whose relative INT8 error ε = ‖x − deq8(q8(x))‖/‖x‖ exceeds τ also
-stores ``r = x − deq8`` as INT4 (``kv_quantize_residual``) in a *slot* of this buffer; reads
+stores ``r = x − deq8`` as INT4 (``kv_ref.quantize_residual``) in a *slot* of this buffer; reads
 return ``deq8 + deq4``. The buffer has a fixed number of slots (allocated with the pool);
 the index is sparse: ``keys`` (sorted int32 ``loc * H + head``) and the int32 slot of each.
 

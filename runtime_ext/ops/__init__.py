@@ -29,8 +29,6 @@ OPS: dict[str, dict[str, Callable[..., Any]]] = {
     "kv_residual_release": {"cpu": kv_cpu.residual_release, "npu": kv_ref.residual_release},
     "kv_residual_store": {"cpu": kv_cpu.residual_store, "npu": kv_ref.residual_store},
     "kv_rotate": {"cpu": kv_ref.rotate, "npu": kv_npu.rotate},
-    "kv_quantize_residual": {"cpu": kv_ref.quantize_residual},
-    "kv_dequantize_residual": {"cpu": kv_ref.dequantize_residual},
     "w8a8_prepare": {"cpu": quant_ref.prepare_w8a8, "npu": quant_npu.prepare_w8a8},
     "w8a8_matmul": {"cpu": quant_ref.w8a8_matmul, "npu": quant_npu.w8a8_matmul},
     "weight_only_prepare": {"cpu": quant_ref.prepare_weight_only, "npu": quant_npu.prepare_weight_only},
