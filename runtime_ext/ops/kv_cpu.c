@@ -1,5 +1,6 @@
-/* The C8 KV read on the CPU in one pass: gather a batch's rows from the int8 pool, dequantize
- * them into the model dtype and add the INT4 residuals of outlier vectors.
+/* The C8 KV cache on the CPU, one call per layer side: gather a batch's rows from the int8 pool,
+ * dequantize them into the model dtype and add the INT4 residuals of outlier vectors; quantize new
+ * tokens into their rows; keep the residual side buffer (runtime_ext/kv_cache/residual.py).
  *
  * Bit-identical to the torch reference (runtime_ext/ops/kv_ref.py), which does the same
  * arithmetic in several full-size passes: value = float(int8) * float(scale), rounded once to

@@ -1,17 +1,21 @@
-"""The C8 KV read on the CPU as one compiled pass (``kv_cpu.c``), bit-identical to the reference.
+"""The C8 KV store and read on the CPU, one compiled call per layer side (``kv_cpu.c``).
 
-The torch reference (``kv_ref``) reads a decode batch's rows in four full-size passes: gather
-the int8 rows, widen them to float32, scale, narrow to the model dtype; and the INT4 residual of
-C8-S + residual adds a key search and about twenty small ops per side and layer. Here one C loop
-per side reads each int8 row once and writes it dequantized, and a binary search over the side
-buffer's sorted keys adds the residuals in place. Same arithmetic, same rounding (float32
-products rounded once to nearest even): ``tests/unit/runtime_ext/test_kv_cpu.py`` checks the
-outputs are *equal* to the reference's.
+The torch reference (``kv_ref``) reads a decode batch's rows in four full-size passes (gather the
+int8 rows, widen to float32, scale, narrow to the model dtype), stores with about fifteen small ops
+per side, and the INT4 residual of C8-S + residual adds a key search and about twenty more. Here:
+- ``gather_dequantize_*``: one loop reads each int8 row once and writes it dequantized;
+- ``residual_add``: a bitmap of the locations holding a residual, a binary search only for those;
+- ``store_*``: the new tokens quantized into their rows (NaN/inf refused before any write);
+- ``residual_release`` / ``residual_store``: the side buffer's bookkeeping in place.
+Same arithmetic, same rounding (float32 products rounded once to nearest even): the tests
+(``tests/unit/runtime_ext/test_kv_cpu.py``) check the outputs are *equal* to the reference's. The
+one exception: ``residual_store`` sums the relative error in double, so a vector within float
+rounding of τ may be decided the other way.
 
 The library is compiled on first use with the host's C compiler (``$CC``, default ``cc``;
 ``-O3 -march=native``, OpenMP) into ``$STRUCTSERVE_KERNEL_CACHE`` (default
 ``~/.cache/structserve/kernels``), named by a hash of the source, the flags and the CPU's
-feature flags, and loaded with ``ctypes``. Without a compiler, on another output dtype than
+feature flags, and loaded with ``ctypes``. Without a compiler, on another dtype than
 bfloat16/float32, or with ``kv_kernels: reference`` (``RuntimeExtConfig``), every call is the
 reference. ``status()`` says which, for the plugin report.
 """
