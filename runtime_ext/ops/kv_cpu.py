@@ -126,32 +126,31 @@ def _threads(values: int) -> int:
     return max(1, torch.get_num_threads()) if values >= PARALLEL_MIN else 1
 
 
-def gather_dequantize_per_token(buffer, scales, locs, dtype):
-    """C8-D rows ``locs`` of ``buffer[size, H, D]`` (int8) with ``scales[size, H]`` (float16)."""
+def _gather(kernel: str, scale_dtype: torch.dtype, buffer, scales, locs, dtype):
+    """Rows ``locs`` of ``buffer[size, H, D]`` (int8) dequantized by ``kernel`` with ``scales`` of
+    ``scale_dtype`` (None when the call does not fit it: the caller's reference runs)."""
     lib, flat = _library(), locs.reshape(-1).long()
-    if lib is None or scales.dtype != torch.float16 or not _fits(dtype, buffer, scales, flat):
-        return kv_ref.gather_dequantize_per_token(buffer, scales, locs, dtype)
+    if lib is None or scales.dtype != scale_dtype or not _fits(dtype, buffer, scales, flat):
+        return None
     out = torch.empty((*locs.shape, *buffer.shape[1:]), dtype=dtype)
     heads, dim = buffer.shape[1:]
-    lib.gather_dequant_token(
+    getattr(lib, kernel)(
         out.data_ptr(), _BF16[dtype], buffer.data_ptr(), scales.data_ptr(), flat.data_ptr(), flat.numel(),
         heads, dim, _threads(out.numel()),
     )  # fmt: skip
     return out
 
 
+def gather_dequantize_per_token(buffer, scales, locs, dtype):
+    """C8-D rows ``locs`` of ``buffer[size, H, D]`` (int8) with ``scales[size, H]`` (float16)."""
+    out = _gather("gather_dequant_token", torch.float16, buffer, scales, locs, dtype)
+    return kv_ref.gather_dequantize_per_token(buffer, scales, locs, dtype) if out is None else out
+
+
 def gather_dequantize_static(buffer, scale, locs, dtype):
     """C8-S rows ``locs`` of ``buffer[size, H, D]`` (int8) with per-channel ``scale[H, D]`` (float32)."""
-    lib, flat = _library(), locs.reshape(-1).long()
-    if lib is None or scale.dtype != torch.float32 or not _fits(dtype, buffer, scale, flat):
-        return kv_ref.gather_dequantize_static(buffer, scale, locs, dtype)
-    out = torch.empty((*locs.shape, *buffer.shape[1:]), dtype=dtype)
-    heads, dim = buffer.shape[1:]
-    lib.gather_dequant_static(
-        out.data_ptr(), _BF16[dtype], buffer.data_ptr(), scale.data_ptr(), flat.data_ptr(), flat.numel(),
-        heads, dim, _threads(out.numel()),
-    )  # fmt: skip
-    return out
+    out = _gather("gather_dequant_static", torch.float32, buffer, scale, locs, dtype)
+    return kv_ref.gather_dequantize_static(buffer, scale, locs, dtype) if out is None else out
 
 
 def residual_add(values, locs, keys, slots, packed, scale16):
@@ -170,33 +169,29 @@ def residual_add(values, locs, keys, slots, packed, scale16):
     return values
 
 
-def _stored(rc: int) -> None:
-    if rc < 0:
+def _store(kernel: str, scale_dtype: torch.dtype, buf, scales, loc, x) -> bool:
+    """Quantize ``x[T, H, D]`` into rows ``loc`` by ``kernel`` (False when the call does not fit it:
+    the caller's reference runs). K and V arrive as views of the qkv output: made contiguous."""
+    lib, flat, x = _library(), torch.as_tensor(loc).reshape(-1).long(), x.contiguous()
+    if lib is None or scales.dtype != scale_dtype or not _fits(x.dtype, x, buf, scales, flat):
+        return False
+    heads, dim = buf.shape[1:]
+    args = (x.data_ptr(), _BF16[x.dtype], flat.numel(), heads, dim, flat.data_ptr(), buf.data_ptr(), scales.data_ptr())
+    if getattr(lib, kernel)(*args) < 0:
         raise ValueError("the KV tensor holds NaN or inf; refusing to store it in the KV cache")
+    return True
 
 
 def store_per_token(buf, scale_buf, loc, x) -> None:
     """``kv_ref.store_per_token``: quantize ``x[T, H, D]`` into rows ``loc`` (scales float16)."""
-    lib, flat, x = _library(), torch.as_tensor(loc).reshape(-1).long(), x.contiguous()  # (K/V: views of qkv)
-    if lib is None or scale_buf.dtype != torch.float16 or not _fits(x.dtype, x, buf, scale_buf, flat):
-        return kv_ref.store_per_token(buf, scale_buf, loc, x)
-    heads, dim = buf.shape[1:]
-    rc = lib.quantize_store_token(
-        x.data_ptr(), _BF16[x.dtype], flat.numel(), heads, dim, flat.data_ptr(), buf.data_ptr(), scale_buf.data_ptr()
-    )
-    return _stored(rc)
+    if not _store("quantize_store_token", torch.float16, buf, scale_buf, loc, x):
+        kv_ref.store_per_token(buf, scale_buf, loc, x)
 
 
 def store_static(buf, scale, loc, x) -> None:
     """``kv_ref.store_static``: quantize ``x[T, H, D]`` with the per-channel ``scale[H, D]`` into rows ``loc``."""
-    lib, flat, x = _library(), torch.as_tensor(loc).reshape(-1).long(), x.contiguous()
-    if lib is None or scale.dtype != torch.float32 or not _fits(x.dtype, x, buf, scale, flat):
-        return kv_ref.store_static(buf, scale, loc, x)
-    heads, dim = buf.shape[1:]
-    rc = lib.quantize_store_static(
-        x.data_ptr(), _BF16[x.dtype], flat.numel(), heads, dim, flat.data_ptr(), buf.data_ptr(), scale.data_ptr()
-    )
-    return _stored(rc)
+    if not _store("quantize_store_static", torch.float32, buf, scale, loc, x):
+        kv_ref.store_static(buf, scale, loc, x)
 
 
 def _state_fits(keys, slots, free, counts) -> bool:
