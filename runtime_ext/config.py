@@ -23,7 +23,7 @@ Knobs:
 - ``attention``: ``structserve`` (runtime_ext's ``torch_native`` backend, batched decode),
   ``per_request`` (the same backend with its per-request decode loop: the reference the batched
   decode is tested and measured against) or ``sglang`` (the upstream one, for A/B measurements).
-- ``kv_kernels``: ``native`` (the C8 KV read compiled for this CPU, ``runtime_ext.ops.kv_cpu``;
+- ``kv_kernels``: ``native`` (the C8 KV store and read compiled for this CPU, ``runtime_ext.ops.kv_cpu``;
   equal to the reference) or ``reference`` (the torch reference only, for A/B measurements). Like
   ``attention`` it has no service setting: the environment's value is kept.
 """
