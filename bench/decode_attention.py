@@ -76,27 +76,29 @@ def decode_speed(engine, prompts: list[list[int]], new: int) -> tuple[float, lis
     return len(prompts) * new / (seconds[1] - seconds[0]), [o["output_ids"] for o in outs]
 
 
-def measure(model: Path, modes: list[str], arms: list[str], window: list[int], args) -> dict:
+def measure(model: Path, modes: list[str], arms: list[str], window: list[int], args) -> tuple[dict, dict]:
+    """Best tok/s per (mode, arm, batch), and the greedy tokens of each one's last round."""
     calib = calibration(model, "none") if any("static" in m for m in modes) else None
     batches = [int(b) for b in args.batches.split(",")]
     best: dict[tuple[str, str, int], float] = {}
+    tokens: dict[tuple[str, str, int], list] = {}
     runs = [(mode, arm) for _ in range(args.passes) for mode in modes for arm in arms]
     for mode, arm in tqdm(runs, desc="engines"):
         engine = start(model, mode, arm, calib if "static" in mode else None)
         try:
             engine.generate(input_ids=[window], sampling_params={"max_new_tokens": 1})  # now in the prefix cache
             for b in batches:
-                runs = [decode_speed(engine, [window] * b, args.new) for _ in range(args.rounds)]
-                tok_s = max(r[0] for r in runs)
+                rounds = [decode_speed(engine, [window] * b, args.new) for _ in range(args.rounds)]
+                tok_s = max(r[0] for r in rounds)
                 best[mode, arm, b] = max(best.get((mode, arm, b), 0.0), tok_s)
-                best["tokens", mode, arm, b] = runs[-1][1]
+                tokens[mode, arm, b] = rounds[-1][1]
                 tqdm.write(f"{mode} {arm} batch {b}: {tok_s:.1f} tok/s")
         finally:
             engine.shutdown()
-    return best
+    return best, tokens
 
 
-def report(best: dict, modes: list[str], arms: list[str], args) -> None:
+def report(best: dict, tokens: dict, modes: list[str], arms: list[str], args) -> None:
     batches = [int(b) for b in args.batches.split(",")]
     table = Table(title=f"decode tok/s: SmolLM2-135M bf16, {args.context}-token contexts, {args.new} new tokens")
     others = [arm for arm in arms if arm != "batched"]
@@ -108,8 +110,7 @@ def report(best: dict, modes: list[str], arms: list[str], args) -> None:
             row = [f"{best[mode, arm, b]:.1f}" for arm in arms]
             ratios = [f"{best[mode, 'batched', b] / best[mode, arm, b]:.2f}×" for arm in others]
             vs_bf16 = best[mode, "batched", b] / best["bf16", "batched", b]
-            mine = best["tokens", mode, "batched", b]
-            same = " ".join(f"{arm}: {best['tokens', mode, arm, b] == mine}" for arm in others) or "-"
+            same = " ".join(f"{arm}: {tokens[mode, arm, b] == tokens[mode, 'batched', b]}" for arm in others) or "-"
             table.add_row(mode, str(b), *row, *ratios, f"{vs_bf16:.2f}×", same)
     Console().print(table)
     if args.png:
@@ -154,7 +155,8 @@ def main() -> None:
     model = fetch(["smollm2", "austen"]).smollm2
     window = AutoTokenizer.from_pretrained(str(model)).encode(eval_text()[: args.context * 8], add_special_tokens=False)
     modes, arms = args.modes.split(","), args.arms.split(",")
-    report(measure(model, modes, arms, window[: args.context], args), modes, arms, args)
+    best, tokens = measure(model, modes, arms, window[: args.context], args)
+    report(best, tokens, modes, arms, args)
 
 
 if __name__ == "__main__":

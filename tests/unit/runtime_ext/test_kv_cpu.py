@@ -15,9 +15,9 @@ from runtime_ext.ops import get_op, kv_cpu, kv_ref
 SIZE, H, D = 300, 3, 64
 
 
-@pytest.fixture(autouse=True, params=["native", "portable"])
-def library(request, monkeypatch):
-    """Every test on both builds: this CPU's (``-march=native``: AVX-512 BF16 conversions here) and
+@pytest.fixture(params=["native", "portable"])
+def build(request, monkeypatch):
+    """An equality test on both builds: this CPU's (``-march=native``: AVX-512 BF16 conversions here) and
     the portable one (plain C loops, what a CPU without those instructions runs)."""
     if request.param == "portable":
         lib = kv_cpu.load(kv_cpu.PORTABLE_FLAGS)
@@ -48,7 +48,7 @@ def test_the_native_library_is_built_where_a_compiler_is():
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float16])
-def test_per_token_rows_equal_the_reference(dtype):
+def test_per_token_rows_equal_the_reference(dtype, build):
     q, scales, _, locs = _pool()
     got = kv_cpu.gather_dequantize_per_token(q, scales, locs, dtype)
     want = kv_ref.gather_dequantize_per_token(q, scales, locs, dtype)
@@ -59,7 +59,7 @@ def test_per_token_rows_equal_the_reference(dtype):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("subnormal", [False, True])
-def test_static_rows_equal_the_reference(dtype, subnormal):
+def test_static_rows_equal_the_reference(dtype, subnormal, build):
     q, _, static, locs = _pool(1)
     if subnormal:
         static[2, 5] = 1e-41  # a float32 subnormal scale: its products are subnormal too
@@ -79,7 +79,7 @@ def _residuals(seed: int):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_residuals_are_added_as_the_reference_adds_them(dtype):
+def test_residuals_are_added_as_the_reference_adds_them(dtype, build):
     q, scales, _, locs = _pool(2)
     keys, slots, packed, scale16 = _residuals(3)
     base = kv_ref.gather_dequantize_per_token(q, scales, locs, dtype)
@@ -89,7 +89,7 @@ def test_residuals_are_added_as_the_reference_adds_them(dtype):
     assert torch.equal(got, want)
 
 
-def test_no_residual_key_leaves_the_values():
+def test_no_residual_key_leaves_the_values(build):
     q, scales, _, locs = _pool(4)
     base = kv_ref.gather_dequantize_per_token(q, scales, locs, torch.bfloat16)
     keys, slots, packed, scale16 = _residuals(5)
@@ -98,9 +98,7 @@ def test_no_residual_key_leaves_the_values():
     assert torch.equal(got, base)
 
 
-def test_the_reference_setting_turns_the_library_off(monkeypatch, library):
-    if library == "portable":
-        pytest.skip("the setting is read by the cached loader, not by a fixed library")
+def test_the_reference_setting_turns_the_library_off(monkeypatch):
     monkeypatch.setenv("STRUCTSERVE_KV_KERNELS", "reference")
     kv_cpu._library.cache_clear()
     try:
@@ -124,7 +122,7 @@ def _new_tokens(dtype, seed: int = 6):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_per_token_store_equals_the_reference(dtype):
+def test_per_token_store_equals_the_reference(dtype, build):
     x, loc = _new_tokens(dtype)
     bufs = [(torch.zeros(SIZE, H, D, dtype=torch.int8), torch.zeros(SIZE, H, dtype=torch.float16)) for _ in range(2)]
     kv_ref.store_per_token(*bufs[0], loc, x)
@@ -134,7 +132,7 @@ def test_per_token_store_equals_the_reference(dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_static_store_equals_the_reference(dtype):
+def test_static_store_equals_the_reference(dtype, build):
     x, loc = _new_tokens(dtype, 7)
     _, _, static, _ = _pool(8)
     static[0] = 2**-5  # x / scale exactly half-way between integers: ties go to even, as torch.round
@@ -146,7 +144,7 @@ def test_static_store_equals_the_reference(dtype):
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
-def test_a_non_finite_value_is_refused_and_nothing_is_written(bad):
+def test_a_non_finite_value_is_refused_and_nothing_is_written(bad, build):
     x, loc = _new_tokens(torch.float32)
     x[5, 1, 3] = bad
     buf, scales = torch.zeros(SIZE, H, D, dtype=torch.int8), torch.zeros(SIZE, H, dtype=torch.float16)
@@ -191,7 +189,7 @@ def _state(side) -> list:
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_residual_store_and_release_leave_the_state_the_reference_leaves(dtype):
+def test_residual_store_and_release_leave_the_state_the_reference_leaves(dtype, build):
     """The same stores and releases through the compiled calls and through the reference: equal keys,
     slots, free stack, counts and residuals (no error lies within 1e-4 of tau: the compiled call sums
     in double, so a near tie may go either way)."""
