@@ -4,6 +4,8 @@ bound on running + queued requests. ``service/api/gate.py`` applies it to HTTP r
 Contracts:
 - ``KeyRing.check(header)`` returns the key id (its index, never the key) or raises
   ``AuthenticationError``; with no keys configured every request passes as key ``None``.
+  ``KeyRing.owner(key id)`` is who owns what that request stores: a hash of the key (stable
+  across replicas and key-list order, not reversible to the key), ``ANONYMOUS`` without keys.
 - ``TokenBucket.take(key, now)`` spends one request from ``key``'s bucket (``rate`` per second,
   ``burst`` deep) or raises ``OverloadedError`` with the seconds until one is available.
 - ``Admission`` lets ``max_running`` requests run; up to ``max_queued`` more wait in FIFO order
@@ -15,12 +17,15 @@ Contracts:
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
 import math
 from pathlib import Path
 from typing import Sequence
 
 from service.errors import AuthenticationError, OverloadedError
+
+ANONYMOUS = "anonymous"  # the one owner when no API keys are configured
 
 
 def load_keys(env_value: str | None, path: Path | None) -> tuple[str, ...]:
@@ -34,6 +39,11 @@ def load_keys(env_value: str | None, path: Path | None) -> tuple[str, ...]:
 class KeyRing:
     def __init__(self, keys: Sequence[str]) -> None:
         self.keys = tuple(k.encode() for k in keys)
+        self.owners = tuple(hashlib.sha256(b"structserve-owner\0" + k).hexdigest()[:32] for k in self.keys)
+
+    def owner(self, key_id: int | None) -> str:
+        """The owner id of the key ``check`` returned: what the request stores belongs to it."""
+        return ANONYMOUS if key_id is None else self.owners[key_id]
 
     @property
     def enabled(self) -> bool:

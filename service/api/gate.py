@@ -5,9 +5,10 @@ its client's disconnect).
 else generated; returned on the response), one JSON access log line, request count and latency
 by route and status, the count of ``/v1/`` requests in flight (graceful drain waits on it).
 
-``Gate`` (``/v1/`` paths): API key → body size → per-key rate limit → (chat completions) 503 when
-not ready (loading, failed, draining), else the running/queued bound. Refusals are typed errors
-rendered by ``service.api.errors`` (the one place errors become HTTP).
+``Gate`` (``/v1/`` paths): API key (its owner id into ``request.state``) → body size → per-key
+rate limit → (chat completions) 503 when not ready (loading, failed, draining), else the
+running/queued bound. Refusals are typed errors rendered by ``service.api.errors`` (the one
+place errors become HTTP).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from service.logs import REQUEST_ID
 
 log = logging.getLogger("structserve.access")
 _SANE_ID = re.compile(r"^[\w.:@/+=-]{1,128}$")
+OWNER = "api_key_owner"  # request.state key: KeyRing.owner of the request's API key
 ADMITTED = ("/v1/chat/completions", "/v1/completions", "/v1/responses")
 
 
@@ -93,6 +95,7 @@ class Gate:
             return
         try:
             key = self.keys.check(_header(scope, b"authorization"))
+            scope.setdefault("state", {})[OWNER] = self.keys.owner(key)  # request.state: stored-object owner
             receive = await self._bounded_body(scope, receive)
             if self.bucket is not None:
                 self.bucket.take(key, time.monotonic())
