@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV_PY := .venv/bin/python
 STRUCTSERVE := .venv/bin/structserve
 
-.PHONY: setup gateway assets serve test test-unit lint bench clean
+.PHONY: setup gateway redis assets serve test test-unit lint bench clean
 
 setup:
 	@bash scripts/setup.sh
@@ -12,6 +12,10 @@ setup:
 gateway:
 	@bash scripts/setup_gateway.sh
 
+# Debian's redis-server for the shared response store's tests (apt, only when missing)
+redis:
+	@bash scripts/setup_redis.sh
+
 assets: setup
 	@$(STRUCTSERVE) assets fetch
 
@@ -19,7 +23,7 @@ assets: setup
 serve: setup
 	@$(STRUCTSERVE) serve
 
-test: assets gateway lint
+test: assets gateway redis lint
 	@$(VENV_PY) -m pytest $(PYTEST_ARGS)
 
 # Static checks (also the first step of `make test`): lint, format, strict types on the pure packages.
@@ -29,7 +33,7 @@ lint: setup
 	@.venv/bin/mypy
 
 # Milliseconds-fast logic tests only: no engine, no assets (tests/unit/conftest.py enforces it).
-test-unit: setup
+test-unit: setup redis
 	@$(VENV_PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 bench: assets
