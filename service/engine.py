@@ -16,9 +16,10 @@ from typing import Any, AsyncIterator
 
 from fastapi import HTTPException
 
+from runtime_ext.kv_cache import fault as kv_fault
 from runtime_ext.plugin import INTERNAL_STATE_KEY
 from service.engine_args import EngineOptions, prepare_process_env
-from service.errors import EngineError, InvalidRequestError, ServiceError
+from service.errors import EngineError, InvalidRequestError, NumericalFaultError, ServiceError
 from service.token_text import TokenTexts
 from service.types import EngineDelta, EngineOutput, GenerationPlan, TokenLogprob
 
@@ -257,6 +258,8 @@ def _abort_error(message: str, status: int | None, plan: GenerationPlan) -> Serv
     SGLang's text: 400 naming the constraint's field when the engine could not compile
     or prepare the grammar (status 400), else a generic 500 (a grammar the service
     checked ahead still failed while decoding: the server's fault)."""
+    if message.startswith(kv_fault.PREFIX):
+        return NumericalFaultError(message.removeprefix(kv_fault.PREFIX).strip())
     if not _GRAMMAR_FAILURE.search(message):
         if status == 400:
             return InvalidRequestError(f"the engine rejected the request: {message}")

@@ -77,6 +77,15 @@ class EngineError(ServiceError):
     code = "engine_error"
 
 
+class NumericalFaultError(ServiceError):
+    """The model's activations for this input went non-finite, or out of the INT8 KV cache's
+    range (422: the same input fails the same way, so a client must not retry it unchanged)."""
+
+    status = 422
+    type = "invalid_request_error"
+    code = "non_finite_activations"
+
+
 class AuthenticationError(ServiceError):
     """API keys are configured and the request has none, or an unknown one (401)."""
 
@@ -103,6 +112,19 @@ class OverloadedError(ServiceError):
 
     def __init__(self, message: str, *, retry_after: int, code: str | None = None):
         super().__init__(message, code=code)
+        self.retry_after = max(1, int(retry_after))
+
+
+class StoreUnavailableError(ServiceError):
+    """The shared response store (Redis) cannot be reached (503 + Retry-After): the request
+    needed it (``store: true``, ``previous_response_id``, ``GET /v1/responses/{id}``)."""
+
+    status = 503
+    type = "service_unavailable"
+    code = "store_unavailable"
+
+    def __init__(self, message: str, *, retry_after: int = 1, param: str | None = None):
+        super().__init__(message, param=param)
         self.retry_after = max(1, int(retry_after))
 
 

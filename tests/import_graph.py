@@ -39,6 +39,7 @@ PURE = (
     "runtime_ext/report_merge.py",
     "runtime_ext/config.py",
     "runtime_ext/state.py",
+    "runtime_ext/kv_cache/fault.py",
     "grammars/*",
     "service/pipeline/*",
     "service/types.py",

@@ -29,6 +29,7 @@ from sglang.srt.layers.quantization.fp4_kv_cache_quant_method import KVCacheQuan
 
 from runtime_ext.config import KVRotation, RuntimeExtConfig, resolve_rotation
 from runtime_ext.kv_cache import sizing
+from runtime_ext.kv_cache.poison import PoisonedRows
 from runtime_ext.kv_cache.residual import ResidualSlots
 from runtime_ext.kv_cache.rotation import Rotation
 from runtime_ext.ops import get_op, kv_cpu
@@ -58,6 +59,7 @@ class C8DynamicKVCacheMethod(KVCacheQuantMethodBase):
 
         keys = values()
         self._keys, self.device = {buf.data_ptr() for buf in keys}, torch.device(device)
+        self.poison = PoisonedRows(size, device)
         return {
             "k_buffer": keys,
             "v_buffer": values(),
@@ -91,9 +93,12 @@ class C8DynamicKVCacheMethod(KVCacheQuantMethodBase):
                 x = self.rotation.rotate(x, torch.float32)  # (the NPU path keeps fp16/bf16: kv_npu.rotate)
             self._store(buf, scale, loc, x)
 
-    def _store(self, buf, scale_buf, loc, x) -> None:
-        """Quantize ``x`` (already in the stored space) into the rows ``loc``."""
-        get_op(self.STORE, buf.device.type)(buf, scale_buf, loc, x)
+    def _store(self, buf, scale_buf, loc, x):
+        """Quantize ``x`` (already in the stored space) into the rows ``loc``; tokens that cannot be
+        stored are written as zeros and their locations marked (``poison.py``). Returns that mask."""
+        bad = get_op(self.STORE, buf.device.type)(buf, scale_buf, loc, x)
+        self.poison.mark(loc, bad)
+        return bad
 
     def _rows(self, buffer, scales, locs, dtype):
         """Rows ``locs`` (None: all) dequantized, in the stored (possibly rotated) space."""
@@ -126,10 +131,11 @@ class C8DynamicKVCacheMethod(KVCacheQuantMethodBase):
         return kv_cpu.status() if device == "cpu" else device
 
     def release(self, locs) -> None:
-        """Pages at ``locs`` were freed (nothing to do without side buffers)."""
+        """Pages at ``locs`` were freed: their poison marks go with them."""
+        self.poison.clear(locs)
 
     def stats(self) -> dict:
-        return {}
+        return {"requests_failed_non_finite": self.poison.requests_failed, "tokens_refused": self.poison.tokens_refused}
 
 
 class C8StaticKVCacheMethod(C8DynamicKVCacheMethod):
@@ -179,12 +185,17 @@ class C8StaticResidualKVCacheMethod(C8StaticKVCacheMethod):
             self.sides[buf.data_ptr()] = ResidualSlots(capacity, head_num, head_dim, self.calibration.tau, device)
         return bufs
 
-    def _store(self, buf, scale, loc, x) -> None:
-        super()._store(buf, scale, loc, x)
+    def _store(self, buf, scale, loc, x):
+        bad = super()._store(buf, scale, loc, x)
+        if bad is not None:  # the residual of a zeroed token is zero too
+            from runtime_ext.ops.kv_ref import zero_rows
+
+            x = zero_rows(x, bad)
         locs = torch.as_tensor(loc, device=buf.device).reshape(-1)
         # what attention will read (model dtype): the residual corrects exactly that
         deq8 = get_op(self.GATHER, buf.device.type)(buf, scale, locs, self.dtype)
         self.sides[buf.data_ptr()].store(locs, x, deq8)
+        return bad
 
     def _rows(self, buffer, scales, locs, dtype):
         out = super()._rows(buffer, scales, locs, dtype)
@@ -196,6 +207,7 @@ class C8StaticResidualKVCacheMethod(C8StaticKVCacheMethod):
         return sizing.cell_bytes(self.name, num_layers, head_num, head_dim, self.calibration.outlier_rate)
 
     def release(self, locs) -> None:
+        super().release(locs)
         for side in self.sides.values():
             side.release(locs)
 
@@ -209,7 +221,7 @@ class C8StaticResidualKVCacheMethod(C8StaticKVCacheMethod):
     def stats(self) -> dict:
         sides = list(self.sides.values())
         seen, outliers = sum(s.seen for s in sides), sum(s.outliers for s in sides)
-        return {
+        return super().stats() | {
             "vectors_stored": seen,
             "outliers": outliers,
             "outlier_rate": outliers / seen if seen else 0.0,

@@ -10,7 +10,9 @@ plugin adds (``register``):
 3. An AROUND hook on ``KVCacheConfigurator._build_mha_quant_method`` returning our
    method when that name was configured.
 4. AFTER hooks on the allocators' page release (and ``clear``): the method releases
-   side-buffer slots (C8-S residuals) of the freed pages.
+   side-buffer slots (C8-S residuals) and poison marks of the freed pages.
+5. A BEFORE hook on ``Scheduler.process_batch_result``: a request whose K/V a store could not
+   keep (NaN/inf, float16 scale overflow) is finished with an error there, alone (``poison.py``).
 
 Bytes per token come from ``sizing.cell_bytes`` (what is stored; see there).
 """
@@ -28,6 +30,7 @@ CONFIGURE_TARGET = "sglang.srt.mem_cache.kv_cache_dtype.configure_kv_cache_dtype
 BUILD_TARGET = "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator._build_mha_quant_method"
 _ALLOCATOR = "sglang.srt.mem_cache.allocator.paged.PagedTokenToKVPoolAllocator"
 _TOKEN_ALLOCATOR = "sglang.srt.mem_cache.allocator.token.TokenToKVPoolAllocator"  # page_size 1
+_PROCESS_RESULT = "sglang.srt.managers.scheduler.Scheduler.process_batch_result"
 _ATTENTION_BACKENDS = frozenset({"torch_native", "ascend", "intel_amx", "triton"})
 
 
@@ -78,6 +81,17 @@ def _cleared(state: KVCacheState, _result: Any, _allocator: Any, *_args: Any) ->
     method = state.built
     for side in getattr(method, "sides", {}).values():
         side.clear()
+    if (poison := getattr(method, "poison", None)) is not None:
+        poison.reset()
+
+
+def _process_result(state: KVCacheState, scheduler: Any, batch: Any, *_args: Any, **_kwargs: Any) -> None:
+    """BEFORE ``process_batch_result``: fail the requests that own rows a store refused."""
+    poison = getattr(state.built, "poison", None)
+    if poison is not None:
+        from runtime_ext.kv_cache.poison import fail_poisoned_requests
+
+        fail_poisoned_requests(poison, scheduler, batch)
 
 
 def register(hooks: Any, hook_type: Any, state: KVCacheState) -> None:
@@ -104,5 +118,6 @@ def register(hooks: Any, hook_type: Any, state: KVCacheState) -> None:
     hooks.register(BUILD_TARGET, partial(_build, state), hook_type.AROUND)
     hooks.register(f"{_ALLOCATOR}._release_page_ids", partial(_released, state), hook_type.AFTER)
     hooks.register(f"{_TOKEN_ALLOCATOR}.free", partial(_freed, state), hook_type.AFTER)
+    hooks.register(_PROCESS_RESULT, partial(_process_result, state), hook_type.BEFORE)
     for allocator in (_ALLOCATOR, _TOKEN_ALLOCATOR):
         hooks.register(f"{allocator}.clear", partial(_cleared, state), hook_type.AFTER)

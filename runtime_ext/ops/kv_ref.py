@@ -17,8 +17,12 @@ symmetric with zero-point 0.
   spending the INT8 range on a few of them. ``(q Hd)(k Hd)ᵀ = q kᵀ``: attention can read
   rotated keys with a rotated query, and rotated values with the output rotated back.
 
-Non-finite input is rejected (``ValueError``): a NaN or inf in the cache would poison
-every later step silently.
+A NaN or inf in the cache would poison every later step silently, and a float16 scale that
+overflows stores ``inf``. So the stores keep neither: ``unstorable_rows`` finds the tokens with a
+non-finite value (or, with float16 scales, an absmax whose scale overflows), the store writes
+those tokens as zeros (scale 0) and returns the mask; the caller fails the requests that own
+them (``runtime_ext/kv_cache/poison.py``). ``quantize_*`` called directly still refuse
+non-finite input (``ValueError``).
 """
 
 from __future__ import annotations
@@ -85,11 +89,42 @@ def dequantize_per_token(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtyp
     return _widened(q).mul_(scale.float().unsqueeze(-1)).to(dtype)
 
 
-def store_per_token(buf: torch.Tensor, scale_buf: torch.Tensor, loc, x: torch.Tensor, quantize=None) -> None:
-    """Quantize ``x[T, H, D]`` per token into the pool rows ``loc`` and their float16 scales."""
+def _scale16(absmax: torch.Tensor) -> torch.Tensor:
+    """The float16 C8-D scale of ``absmax`` (rounded up: never below absmax / 127)."""
+    return (absmax / INT8_MAX * (1 + 2.0**-9)).to(torch.float16)
+
+
+def unstorable_rows(x: torch.Tensor, float16_scales: bool) -> torch.Tensor:
+    """``bad[T]`` for ``x[T, H, D]``: a token holding a NaN or inf, or (``float16_scales``) one
+    whose per-head scale absmax / 127 overflows float16 (absmax above ~8.3e6). No host sync."""
+    xf = x.float().reshape(x.shape[0], -1, x.shape[-1])
+    bad = ~torch.isfinite(xf).flatten(1).all(1)
+    if float16_scales:
+        bad |= torch.isinf(_scale16(xf.abs().amax(-1))).any(-1)
+    return bad
+
+
+def zero_rows(x: torch.Tensor, bad: torch.Tensor) -> torch.Tensor:
+    """``x`` with the tokens ``bad`` set to zero (stored as exact zeros, scale 0)."""
+    return x.masked_fill(bad.reshape(-1, *([1] * (x.dim() - 1))), 0)
+
+
+def _storable(x: torch.Tensor, float16_scales: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``x`` with unstorable tokens zeroed, and their mask (None when every token is storable)."""
+    bad = unstorable_rows(x, float16_scales)
+    if not bool(bad.any()):
+        return x, None
+    return zero_rows(x, bad), bad
+
+
+def store_per_token(buf: torch.Tensor, scale_buf: torch.Tensor, loc, x: torch.Tensor, quantize=None):
+    """Quantize ``x[T, H, D]`` per token into the pool rows ``loc`` and their float16 scales.
+    Returns the mask of tokens stored as zeros instead (None: all stored as given)."""
+    x, bad = _storable(x, scale_buf.dtype == torch.float16)
     q, s = (quantize or quantize_per_token)(x, scale_buf.dtype)
     buf[loc] = q
     scale_buf[loc] = s
+    return bad
 
 
 def gather_dequantize_per_token(buffer: torch.Tensor, scales: torch.Tensor, locs: torch.Tensor, dtype: torch.dtype):
@@ -103,9 +138,12 @@ def quantize_static(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return torch.round(x.float() / scale).clamp_(-INT8_MAX, INT8_MAX).to(torch.int8)
 
 
-def store_static(buf: torch.Tensor, scale: torch.Tensor, loc, x: torch.Tensor, quantize=None) -> None:
-    """Quantize ``x[T, H, D]`` with the per-channel ``scale[H, D]`` into the pool rows ``loc``."""
+def store_static(buf: torch.Tensor, scale: torch.Tensor, loc, x: torch.Tensor, quantize=None):
+    """Quantize ``x[T, H, D]`` with the per-channel ``scale[H, D]`` into the pool rows ``loc``.
+    Returns the mask of non-finite tokens stored as zeros instead (None: all stored as given)."""
+    x, bad = _storable(x, False)
     buf[loc] = (quantize or quantize_static)(x, scale)
+    return bad
 
 
 def dequantize_static(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
