@@ -22,6 +22,7 @@ from service.grammar_gate import GrammarService
 from service.limits import Admission, KeyRing, TokenBucket, load_keys
 from service.logs import restore_logging
 from service.pipeline.chat import ChatPipeline
+from service.responses_store import open_store
 from service.settings import Settings
 from service.startup import ModelInfo, prepare_engine
 from service.tokenizer import HFChatTemplate
@@ -88,6 +89,7 @@ def _formats(settings: Settings, template: HFChatTemplate) -> tuple[ModelFormats
 def create_app(settings: Settings, model_dir: Path, served_model_name: str) -> FastAPI:
     """Build the app; ``app.state.on_engine_failure`` (set by the CLI) stops the server."""
     state = ServiceState(settings=settings, served_model_name=served_model_name, created=int(time.time()))
+    state.extra[responses.STORE] = store = open_store(settings.responses)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -103,6 +105,7 @@ def create_app(settings: Settings, model_dir: Path, served_model_name: str) -> F
                 state.grammar.close()
             if state.engine is not None:
                 state.engine.shutdown()
+            await store.close()
 
     app = FastAPI(title="structserve", version="0.1.0", lifespan=lifespan)
     app.state.service = state

@@ -166,6 +166,25 @@ class LimitsSettings(BaseModel):
     rate_limit_burst: int = Field(20, ge=1)
 
 
+class ResponsesSettings(BaseModel):
+    """``responses:``: where ``store: true`` responses of ``POST /v1/responses`` are kept."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    store: Literal["memory", "redis"] = "memory"  # this replica's memory | a Redis every replica shares
+    redis_url: str | None = None  # redis only: redis://host:port/db (a password in it: prefer the env)
+    ttl_s: int = Field(3600, ge=1)  # a stored response is gone this many seconds after it was stored
+    max_entry_bytes: int = Field(4 << 20, ge=1024)  # larger entries are not stored (the response says store: false)
+    max_total_bytes: int = Field(128 << 20, ge=1024)  # memory only: LRU eviction past it (redis: its maxmemory)
+    redis_timeout_s: float = Field(2.0, gt=0)  # connect and per-command timeout; past it the call is a 503
+
+    @model_validator(mode="after")
+    def _redis_needs_url(self) -> "ResponsesSettings":
+        if self.store == "redis" and not self.redis_url:
+            raise ValueError("responses.store: redis needs responses.redis_url (redis://host:port/db)")
+        return self
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="STRUCTSERVE_", env_nested_delimiter="__", extra="forbid")
 
@@ -193,6 +212,7 @@ class Settings(BaseSettings):
     request: RequestSettings = RequestSettings()
     grammar: GrammarSettings = GrammarSettings()
     reasoning: ReasoningSettings = ReasoningSettings()
+    responses: ResponsesSettings = ResponsesSettings()
 
     @field_validator("model")
     @classmethod

@@ -91,3 +91,14 @@ def c8_server(assets, tmp_path_factory):
     yield server
     code = server.stop()
     assert code == 0, f"SIGTERM must shut the server down gracefully (exit 0), got {code}"
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory):
+    """A real redis-server on loopback (tests/redis_server.py) configured as deploy/compose.yaml's:
+    bounded by maxmemory, evicting the entries closest to expiry (volatile-ttl)."""
+    from tests.redis_server import RedisServer
+
+    server = RedisServer(tmp_path_factory.mktemp("redis"), "--maxmemory", "64mb", "--maxmemory-policy", "volatile-ttl")
+    yield server
+    server.stop()

@@ -1,13 +1,17 @@
-"""POST /v1/responses and GET /v1/responses/{id}: the chat pipeline behind OpenAI's Responses API.
+"""POST /v1/responses, GET and DELETE /v1/responses/{id}: the chat pipeline behind OpenAI's
+Responses API.
 
 Thin: ``service/pipeline/responses`` converts the request to a chat request (and error params
 back), ``ChatPipeline`` runs it, the builder / event stream convert the result. ``store: true``
-keeps the response in this replica's bounded memory (``service/responses_store.py``).
+keeps the response in the configured store (``service/responses_store.py``) under the owner of
+the request's API key (``request.state``, set by the gate); every lookup is under the caller's.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
@@ -16,6 +20,7 @@ from pydantic import BaseModel
 from grammars.errors import GrammarError
 from service.api.deps import get_state, ready_pipeline
 from service.api.disconnect import answer_unless_disconnected
+from service.api.gate import OWNER
 from service.api.sse import event_stream, frame
 from service.errors import ServiceError
 from service.pipeline.chat import ChatPipeline, PreparedChat
@@ -25,11 +30,31 @@ from service.protocol.responses_output import Response
 from service.responses_store import ResponseStore
 
 router = APIRouter()
+log = logging.getLogger(__name__)
+STORE = "responses"  # ServiceState.extra key of the ResponseStore (service/main.py opens it)
 
 
 def _store(request: Request) -> ResponseStore:
-    state = get_state(request)
-    return state.extra.setdefault("responses", ResponseStore())  # type: ignore[no-any-return]
+    return get_state(request).extra[STORE]  # type: ignore[no-any-return]
+
+
+def _owner(request: Request) -> str:
+    """The caller's API-key owner id; the gate sets it on every /v1/ request (none: fail closed)."""
+    return getattr(request.state, OWNER)  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
+class _Keeper:
+    """Stores a finished response (``store: true``); one too large to store says ``store: false``."""
+
+    store: ResponseStore
+    owner: str
+    inputs: tuple[InputItem, ...]
+
+    async def __call__(self, response: Response) -> None:
+        if not await self.store.put(self.owner, response, self.inputs):
+            log.warning("response %s not stored: its entry is larger than the store takes", response.id)
+            response.store = False
 
 
 def _inputs(body: ResponsesRequest) -> tuple[InputItem, ...]:
@@ -42,42 +67,47 @@ async def create_response(
     request: Request,
     pipeline: Annotated[ChatPipeline, Depends(ready_pipeline)],
 ) -> Any:
-    store = _store(request)
+    store, owner = _store(request), _owner(request)
     history: tuple[InputItem, ...] = ()
     if body.previous_response_id is not None:
-        history = store.get(
-            body.previous_response_id, "previous_response_id", "previous_response_not_found"
-        ).conversation
+        previous = await store.get(
+            owner, body.previous_response_id, "previous_response_id", "previous_response_not_found"
+        )
+        history = previous.conversation
+    elif body.store:
+        await store.check()  # an unreachable store is a 503 before any work
     chat_request, params = to_chat_request(body, history)
     try:
         prepared = await pipeline.prepare(chat_request)
     except (ServiceError, GrammarError) as exc:
         exc.param = params.to_responses(exc.param)
         raise
-    builder, inputs = ResponseBuilder(body), history + _inputs(body)
+    builder = ResponseBuilder(body)
+    keep = _Keeper(store, owner, history + _inputs(body)) if body.store else None
     if body.stream:
-        return event_stream(_sse(_events(pipeline, prepared, builder, params, store if body.store else None, inputs)))
-    return await answer_unless_disconnected(
-        request, _complete(pipeline, prepared, builder, store if body.store else None, inputs)
-    )
+        return event_stream(_sse(_events(pipeline, prepared, builder, params, keep)))
+    return await answer_unless_disconnected(request, _complete(pipeline, prepared, builder, keep))
 
 
 async def _complete(
-    pipeline: ChatPipeline,
-    prepared: PreparedChat,
-    builder: ResponseBuilder,
-    store: ResponseStore | None,
-    inputs: tuple[InputItem, ...],
+    pipeline: ChatPipeline, prepared: PreparedChat, builder: ResponseBuilder, keep: _Keeper | None
 ) -> Response:
     response = builder.from_completion(await pipeline.complete(prepared))
-    if store is not None:
-        store.put(response, inputs)
+    if keep is not None:
+        await keep(response)
     return response
 
 
 @router.get("/v1/responses/{response_id}", response_model=Response)
 async def get_response(response_id: str, request: Request) -> Response:
-    return _store(request).get(response_id, None, "response_not_found").response
+    stored = await _store(request).get(_owner(request), response_id, None, "response_not_found")
+    return stored.response
+
+
+@router.delete("/v1/responses/{response_id}")
+async def delete_response(response_id: str, request: Request) -> dict[str, Any]:
+    await _store(request).delete(_owner(request), response_id)
+    return {"id": response_id, "object": "response", "deleted": True}
 
 
 async def _events(
@@ -85,8 +115,7 @@ async def _events(
     prepared: PreparedChat,
     builder: ResponseBuilder,
     params: ParamMap,
-    store: ResponseStore | None,
-    inputs: tuple[InputItem, ...],
+    keep: _Keeper | None,
 ) -> AsyncIterator[BaseModel]:
     """The Responses events of one streamed request; a failure after the start is an ``error`` event."""
     events = ResponseEventStream(builder)
@@ -105,8 +134,13 @@ async def _events(
         await chunks.aclose()  # type: ignore[attr-defined]
     final = events.finish()
     last = final[-1]
-    if store is not None and isinstance(getattr(last, "response", None), Response):
-        store.put(last.response, inputs)  # type: ignore[attr-defined]
+    if keep is not None and isinstance(getattr(last, "response", None), Response):
+        try:
+            await keep(last.response)  # type: ignore[attr-defined]
+        except ServiceError as exc:  # the store went away during generation
+            for event in events.error(exc.message, exc.code, exc.param):
+                yield event
+            return
     for event in final:
         yield event
 

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from service.errors import AuthenticationError, OverloadedError
-from service.limits import Admission, KeyRing, TokenBucket, load_keys
+from service.limits import ANONYMOUS, Admission, KeyRing, TokenBucket, load_keys
 
 
 def test_keys_from_env_and_file(tmp_path):
@@ -94,3 +94,11 @@ def test_admission_cancelled_waiter_gives_no_slot_away():
 async def _enter(gate: Admission, order: list, name: str) -> None:
     await gate.acquire()
     order.append(name)
+
+
+def test_owner_ids_are_stable_hashes_of_the_keys():
+    ring, reordered = KeyRing(["alpha", "beta"]), KeyRing(["beta", "gamma", "alpha"])
+    assert ring.owner(0) == reordered.owner(2) and ring.owner(1) == reordered.owner(0)  # not the list index
+    assert ring.owner(0) != ring.owner(1) and len(ring.owner(0)) == 32
+    assert "alpha" not in ring.owner(0) and ring.owner(0) != "alpha"
+    assert KeyRing([]).owner(KeyRing([]).check(None)) == ANONYMOUS
