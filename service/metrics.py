@@ -82,6 +82,13 @@ KV_RESIDUAL = Gauge(
     ["stat"],
     registry=REGISTRY,
 )
+KV_REFUSED = Gauge(
+    "structserve_kv_refused",
+    "C8 KV store refusals since start: tokens (K/V stored as zeros: NaN/inf, or a float16 scale overflow) and "
+    "requests (failed alone with 422 non_finite_activations because they own such rows)",
+    ["what"],
+    registry=REGISTRY,
+)
 QUANT_LAYERS = Gauge(
     "structserve_quantized_linear_layers",
     "Linear modules of the served model by state (quantized, kept in high precision)",

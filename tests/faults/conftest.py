@@ -18,7 +18,7 @@ import pytest
 from tests.server import ServerProcess
 
 KEY_A, KEY_B = "fault-key-a", "fault-key-b"
-POISON_TEXT = " zebra"  # one token of the tiny Qwen3's tokenizer, never in the other tests' prompts
+POISON_TEXT = " umbrella"  # one token of the tiny Qwen3's tokenizer, never in the other tests' prompts
 
 
 def poison_token_id(model_dir) -> int:
@@ -31,7 +31,6 @@ def poison_token_id(model_dir) -> int:
 
 def poisoned_copy(model_dir, out):
     """``model_dir`` copied to ``out`` with lm_head untied and ``POISON_TEXT``'s embedding NaN."""
-    import torch
     from safetensors.torch import load_file, save_file
 
     shutil.copytree(model_dir, out)

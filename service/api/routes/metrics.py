@@ -86,9 +86,13 @@ def _kv_pool(report: dict) -> None:
             m.KV_RESIDUAL.labels(stat="slots_on_free_pages").set(report["kv_pool"]["residual_slots_on_free_pages"])
     for part, value in report.get("kv_census", {}).items():
         m.KV_CENSUS.labels(part=part).set(value)
+    stats = report.get("kv_cache_stats", {})
     for stat in ("outlier_rate", "slots_used", "slots", "dropped"):
-        if stat in report.get("kv_cache_stats", {}):
-            m.KV_RESIDUAL.labels(stat=stat).set(report["kv_cache_stats"][stat])
+        if stat in stats:
+            m.KV_RESIDUAL.labels(stat=stat).set(stats[stat])
+    if "requests_failed_non_finite" in stats:
+        m.KV_REFUSED.labels(what="requests").set(stats["requests_failed_non_finite"])
+        m.KV_REFUSED.labels(what="tokens").set(stats["tokens_refused"])
 
 
 def _admission(admission: dict | None) -> None:
