@@ -49,14 +49,48 @@ class Calibration:
 
 
 def load_raw_calibration(path: Path) -> Calibration:
-    """Read a calibration file (``CalibrationMismatchError`` if it is not one)."""
+    """Read a calibration file (``CalibrationMismatchError`` if it is not one: unreadable, not
+    UTF-8 JSON, missing or unknown fields, scales not shaped ``[layers][kv_heads][head_dim]``)."""
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        data = json.loads(Path(path).read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise CalibrationMismatchError(f"cannot read KV calibration file {path}: {exc}") from exc
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise CalibrationMismatchError(f"{path} is not a {FORMAT} KV calibration file; run `structserve kv calibrate`")
-    return Calibration(**data)
+    try:
+        calib = Calibration(**data)
+    except TypeError as exc:
+        raise CalibrationMismatchError(
+            f"{path} has missing or unknown fields ({exc}); run `structserve kv calibrate`"
+        ) from exc
+    return _check_fields(calib, path)
+
+
+def _check_fields(calib: Calibration, path: Any) -> Calibration:
+    """``calib`` if its counts are integers, its statistics numbers and its scales shaped as it says."""
+    counts = (calib.layers, calib.kv_heads, calib.head_dim, calib.tokens)
+    stats = (calib.tau, calib.eps_mean, calib.eps_p99, calib.outlier_rate)
+    shape = (calib.layers, calib.kv_heads, calib.head_dim)
+    if not all(type(n) is int and n >= 0 for n in counts) or not all(_is_number(x) for x in stats):
+        raise CalibrationMismatchError(
+            f"{path}: layers, kv_heads, head_dim, tokens must be integers, tau and eps numbers"
+        )
+    for side, scales in (("k_scale", calib.k_scale), ("v_scale", calib.v_scale)):
+        if not _shaped(scales, shape):
+            raise CalibrationMismatchError(
+                f"{path}: {side} is not {list(shape)} numbers; run `structserve kv calibrate`"
+            )
+    return calib
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _shaped(value: object, shape: tuple[int, ...]) -> bool:
+    if not shape:
+        return _is_number(value)
+    return isinstance(value, list) and len(value) == shape[0] and all(_shaped(v, shape[1:]) for v in value)
 
 
 def check_shape(calib: Calibration, path: Any, layers: int, kv_heads: int, head_dim: int) -> Calibration:

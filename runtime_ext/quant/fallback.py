@@ -38,7 +38,7 @@ from runtime_ext.quant.monitor import (
 )
 from runtime_ext.quant.policy import shards
 from runtime_ext.quant.request_rows import RequestRows
-from runtime_ext.quant.sensitivity import SensitiveLayersError, load_sensitive_layers
+from runtime_ext.quant.sensitivity import MAX_FILE_BYTES, SensitiveLayersError, load_sensitive_layers
 
 log = logging.getLogger(__name__)
 _RECENT_RIDS = 65536  # request ids remembered to count each request once per window
@@ -187,11 +187,15 @@ class FallbackController:
 
     # --- reload -------------------------------------------------------------------------
     def _file_digest(self) -> str | None:
+        """The file's sha256, or what keeps it from being read (a changed state is acted on once)."""
         path = self.config.sensitive_layers
-        try:
-            return hashlib.sha256(Path(path).read_bytes()).hexdigest() if path else None
-        except OSError:
+        if path is None:
             return None
+        try:
+            with open(path, "rb") as f:
+                return hashlib.sha256(f.read(MAX_FILE_BYTES + 1)).hexdigest()
+        except OSError as exc:
+            return f"unreadable: {exc}"
 
     def maybe_reload(self, force: bool = False) -> None:
         """Re-read the sensitive-layers file when ``reload_interval_s`` has passed and its hash

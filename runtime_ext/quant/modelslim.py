@@ -64,9 +64,9 @@ def read(model_dir: Path) -> dict | None:
     if not path.is_file():
         return None
     try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise CheckpointError(f"{path} is not valid JSON: {exc}") from exc
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise CheckpointError(f"{path} is not valid JSON in UTF-8: {exc}") from exc
     if not isinstance(data, dict):
         raise CheckpointError(f"{path} must hold a JSON object")
     return data

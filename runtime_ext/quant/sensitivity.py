@@ -37,10 +37,22 @@ class SensitiveLayersError(ValueError):
     """A sensitive-layers file that cannot be used (names what is wrong)."""
 
 
+MAX_FILE_BYTES = 64 << 20  # a scan of a large model is a few MiB; more is not a sensitive-layers file
+_SCORE_KEYS = ("kl", "dispersion", "energy")
+
+
 def _read(path: Path) -> Any:
+    """The file's JSON value; any unreadable, oversized, non-UTF-8 or invalid file is a
+    ``SensitiveLayersError`` (the scheduler re-reads this file: nothing else may escape)."""
     try:
-        return json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
+        if len(raw) > MAX_FILE_BYTES:
+            raise SensitiveLayersError(f"sensitive-layers file {path} is larger than {MAX_FILE_BYTES >> 20} MiB")
+        return json.loads(raw.decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        if isinstance(exc, SensitiveLayersError):
+            raise
         raise SensitiveLayersError(f"cannot read sensitive-layers file {path}: {exc}") from exc
 
 
@@ -48,14 +60,26 @@ def load_sensitive_layers(path: Path) -> list[str]:
     data = _read(path)
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("layers"), list):
         raise SensitiveLayersError(f"{path} is not a {FORMAT} file; write one with `structserve quant scan`")
-    return list(fused_closure(str(name) for name in data["layers"]))
+    for i, name in enumerate(data["layers"]):
+        if not isinstance(name, str) or not name:
+            raise SensitiveLayersError(f"{path}: layers[{i}] is {name!r}, not a layer name")
+    return list(fused_closure(data["layers"]))
 
 
 def load_scores(path: Path) -> dict[str, dict[str, float]]:
     """The per-layer scores of a scan file (``{}`` when it has none)."""
     data = _read(path)
     scores = data.get("scores") if isinstance(data, dict) else None
-    return scores if isinstance(scores, dict) else {}
+    if not isinstance(scores, dict):
+        return {}
+    for name, score in scores.items():
+        if not isinstance(score, dict) or not all(_is_number(score.get(key)) for key in _SCORE_KEYS):
+            raise SensitiveLayersError(f"{path}: scores[{name!r}] must hold numbers {', '.join(_SCORE_KEYS)}")
+    return scores
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def dispersion(sorted_values: list[float]) -> float:

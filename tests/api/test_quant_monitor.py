@@ -9,8 +9,9 @@ the openai client over HTTP, /metrics read from the scheduler).
 2. ``reload`` server (per-request granularity; only requests of 100+ tokens can trip; reload
    every 0.5 s). The
    sensitive-layers file starts with layer 5's qkv, kept and served from its standby copy. A new
-   file listing layer 7's down_proj moves both, with no restart. A corrupt file keeps the live
-   set and counts an error. Going back to the first file gives the first answer bit for bit.
+   file listing layer 7's down_proj moves both, with no restart. A corrupt file (wrong format,
+   not UTF-8, truncated) keeps the live set and counts an error; the server keeps answering.
+   Going back to the first file gives the first answer bit for bit.
    100 streamed requests run while three reloads happen: 0 errors. Then a long request trips:
    it alone continues in high precision (its rows on the standby copies), no module switches.
 """
@@ -194,9 +195,15 @@ def test_reload_moves_layers_live_and_a_bad_file_keeps_the_set(reload_server):
     write_scan(scan, DOWN7)
     layers = reloaded(server, {"reloads": 1})
     assert layers[qkv5] == 0 and layers[down7] == 1
-    scan.write_text('{"format": "nope"')
-    layers = reloaded(server, {"reload_errors": 1})
-    assert layers[qkv5] == 0 and layers[down7] == 1
+    bad_files = [
+        b'{"format": "nope"',  # not a scan file
+        json.dumps({"format": FORMAT, "layers": QKV5}).encode().replace(b"q_proj", b"q_pr\xff"),  # not UTF-8
+        json.dumps({"format": FORMAT, "layers": QKV5}).encode()[:-9],  # truncated
+    ]
+    for n, data in enumerate(bad_files, start=1):
+        scan.write_bytes(data)
+        layers = reloaded(server, {"reload_errors": n})  # the scheduler still answers after each
+        assert monitor_stats(server)[0]["reload_errors"] == n and layers[qkv5] == 0 and layers[down7] == 1
     write_scan(scan, QKV5)
     layers = reloaded(server, {"reloads": 2})
     assert layers[qkv5] == 1 and layers[down7] == 0
