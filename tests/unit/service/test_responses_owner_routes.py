@@ -61,3 +61,15 @@ def test_an_unreachable_store_is_a_503(monkeypatch):
     reply = TestClient(app).get("/v1/responses/resp_x", headers=auth("key-a"))
     assert reply.status_code == 503 and reply.headers["retry-after"] == "1"
     assert reply.json()["error"]["code"] == "store_unavailable", reply.json()
+
+
+def test_a_response_too_large_to_store_says_store_false():
+    from service.api.routes.responses import _Keeper
+    from service.responses_store import MemoryResponseStore
+
+    store = MemoryResponseStore(ttl_s=60, max_entry_bytes=1024, max_total_bytes=1 << 20)
+    small, small_conv = response("short")
+    large, large_conv = response("x" * 2000)
+    asyncio.run(_Keeper(store, "o", small_conv[:1])(small))
+    asyncio.run(_Keeper(store, "o", large_conv[:1])(large))
+    assert small.store is True and large.store is False
