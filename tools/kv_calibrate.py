@@ -20,6 +20,7 @@ import typer
 
 from runtime_ext.config import DEFAULT_KV_ROTATION, KV_ROTATIONS, KVRotation, resolve_rotation
 from runtime_ext.kv_cache.calibration import Calibration
+from tools.outputs import OutputRefused, check_output, staged_files
 
 KVRotationChoice = Enum("KVRotationChoice", {name: name for name in KV_ROTATIONS}, type=str)  # type: ignore[misc]
 
@@ -111,8 +112,10 @@ def kv_calibrate(
     rotation: Annotated[
         KVRotationChoice, typer.Option(help="the kv_rotation the server will run with (scales in its space)")
     ] = KVRotationChoice(DEFAULT_KV_ROTATION),
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="replace an existing --out")] = False,
 ) -> None:
-    """Record per-channel K/V absmax and the INT8 error distribution; write scales + τ."""
+    """Record per-channel K/V absmax and the INT8 error distribution; write scales + τ (--out appears
+    only when complete)."""
     from rich.console import Console
     from rich.table import Table
     from tqdm import tqdm
@@ -120,6 +123,11 @@ def kv_calibrate(
     from assets import calibration_text, fetch
 
     model_dir = model or fetch(["smollm2"]).smollm2
+    try:
+        check_output(out, model_dir, overwrite=overwrite, inputs={"--text": text}, kind="file")
+    except OutputRefused as exc:
+        typer.echo(f"structserve kv calibrate: {exc}", err=True)
+        raise typer.Exit(2) from None
     source = text.read_text(encoding="utf-8") if text else (fetch(["austen"]) and calibration_text())
     calib = calibrate(
         model_dir,
@@ -129,7 +137,8 @@ def kv_calibrate(
         rotation=rotation.value,
         progress=lambda it: tqdm(it, desc="calibrating", unit="chunk"),
     )
-    calib.save(out)
+    with staged_files(out) as (partial,):
+        calib.save(partial)
     table = Table(title=f"KV calibration: {calib.model}, {calib.tokens} tokens, rotation {calib.rotation} -> {out}")
     for col in ("layers", "kv heads", "head dim", "ε mean", "ε p99", "τ = 3·mean", "outlier rate"):
         table.add_column(col, justify="right")

@@ -4,9 +4,11 @@ scan, and quantized checkpoints in the msModelSlim layout."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Mapping, NoReturn, Optional
 
 import typer
+
+from tools.outputs import OutputRefused, check_output, staged_dir, staged_files
 
 quant_app = typer.Typer(
     help="Quantized linear layers: SmoothQuant calibration, sensitivity scan, export.", no_args_is_help=True
@@ -15,13 +17,35 @@ ModelOpt = Annotated[Optional[Path], typer.Option("--model", help="model dir (de
 TextOpt = Annotated[
     Optional[Path], typer.Option("--text", help="UTF-8 text file (default: the Austen calibration split)")
 ]
+OverwriteOpt = Annotated[bool, typer.Option("--overwrite", help="replace an existing --out as a whole")]
 
 
-def _inputs(model: Optional[Path], text: Optional[Path]) -> tuple[Path, str]:
+def _model_dir(model: Optional[Path]) -> Path:
+    from assets import fetch
+
+    return model or fetch(["smollm2"]).smollm2
+
+
+def _text(text: Optional[Path]) -> str:
     from assets import calibration_text, fetch
 
-    model_dir = model or fetch(["smollm2"]).smollm2
-    return model_dir, text.read_text(encoding="utf-8") if text else (fetch(["austen"]) and calibration_text())
+    return text.read_text(encoding="utf-8") if text else (fetch(["austen"]) and calibration_text())
+
+
+def _refused(command: str, exc: Exception) -> NoReturn:
+    typer.echo(f"structserve quant {command}: {exc}", err=True)
+    raise typer.Exit(2) from None
+
+
+def _check_out(command: str, outs: list[Path], model_dir: Path, overwrite: bool, **inputs: Optional[Path]) -> None:
+    """Exit 2 with what to change when writing ``outs`` could destroy an input or an earlier result."""
+    named: Mapping[str, Optional[Path]] = {f"--{k.replace('_', '-')}": v for k, v in inputs.items()}
+    kind = "directory" if command != "scan" else "file"
+    try:
+        for out in outs:
+            check_output(out, model_dir, overwrite=overwrite, inputs=named, kind=kind)
+    except OutputRefused as exc:
+        _refused(command, exc)
 
 
 @quant_app.command("calibrate")
@@ -37,35 +61,41 @@ def calibrate_cmd(
     clip: Annotated[bool, typer.Option(help="AWQ/GPTQ: search a clipping range (scale) per group")] = True,
     asym: Annotated[bool, typer.Option(help="GPTQ: a zero point per group (all 2^b levels)")] = False,
     sensitive_layers: Annotated[Optional[Path], typer.Option(help="GPTQ: keep these layers in bf16")] = None,
+    overwrite: OverwriteOpt = False,
 ) -> None:
     """SmoothQuant (α search on W8A8 calibration perplexity; writes the smoothed checkpoint), AWQ
     (writes the scaled checkpoint that w4a16 then quantizes) or GPTQ (writes the quantized
-    checkpoint in the msModelSlim layout, served as it is)."""
-    model_dir, source = _inputs(model, text)
-    if method == "smoothquant":
-        _smoothquant(model_dir, source, out, tokens or 1024)
-    elif method in ("awq", "gptq"):
-        from runtime_ext.quant.policy import QuantPolicy
-        from runtime_ext.quant.sensitivity import load_sensitive_layers
-
-        keep = tuple(load_sensitive_layers(sensitive_layers)) if sensitive_layers else ()
-        policy = QuantPolicy(scheme, group_size, keep=keep)  # type: ignore[arg-type]  # keep: closed over fused modules
-        if asym and method == "awq":
-            raise typer.BadParameter("AWQ writes a float checkpoint, quantized symmetric at load", param_hint="--asym")
-        run = _awq if method == "awq" else _gptq
-        run(model_dir, source, out, policy, tokens or 4096, act_order=act_order, clip=clip, asym=asym)
-    else:
+    checkpoint in the msModelSlim layout, served as it is). The checkpoint appears at --out only when
+    it is complete."""
+    model_dir = _model_dir(model)
+    _check_out("calibrate", [out], model_dir, overwrite, text=text, sensitive_layers=sensitive_layers)
+    if method not in ("smoothquant", "awq", "gptq"):
         raise typer.BadParameter(f"unknown method {method!r}; valid: smoothquant, awq, gptq", param_hint="--method")
+    if asym and method == "awq":
+        raise typer.BadParameter("AWQ writes a float checkpoint, quantized symmetric at load", param_hint="--asym")
+    source = _text(text)
+    if method == "smoothquant":
+        with staged_dir(out) as partial:
+            _smoothquant(model_dir, source, partial, out, tokens or 1024)
+        return
+    from runtime_ext.quant.policy import QuantPolicy
+    from runtime_ext.quant.sensitivity import load_sensitive_layers
+
+    keep = tuple(load_sensitive_layers(sensitive_layers)) if sensitive_layers else ()
+    policy = QuantPolicy(scheme, group_size, keep=keep)  # type: ignore[arg-type]  # keep: closed over fused modules
+    run = _awq if method == "awq" else _gptq
+    with staged_dir(out) as partial:
+        run(model_dir, source, partial, out, policy, tokens or 4096, act_order=act_order, clip=clip, asym=asym)
 
 
-def _smoothquant(model_dir: Path, source: str, out: Path, tokens: int) -> None:
+def _smoothquant(model_dir: Path, source: str, partial: Path, out: Path, tokens: int) -> None:
     from rich.console import Console
     from rich.table import Table
     from tqdm import tqdm
 
     from tools.quant.smooth import calibrate
 
-    result = calibrate(model_dir, source, out, tokens=tokens, progress=lambda it: tqdm(it, desc="α search"))
+    result = calibrate(model_dir, source, partial, tokens=tokens, progress=lambda it: tqdm(it, desc="α search"))
     table = Table(title=f"SmoothQuant on {model_dir.name}: W8A8 calibration perplexity ({tokens} tokens) -> {out}")
     table.add_column("α", justify="right")
     table.add_column("perplexity", justify="right")
@@ -75,7 +105,9 @@ def _smoothquant(model_dir: Path, source: str, out: Path, tokens: int) -> None:
     Console().print(table)
 
 
-def _awq(model_dir: Path, source: str, out: Path, policy, tokens: int, *, clip: bool, **_: object) -> None:
+def _awq(
+    model_dir: Path, source: str, partial: Path, out: Path, policy, tokens: int, *, clip: bool, **_: object
+) -> None:
     import time
 
     from tqdm import tqdm
@@ -84,7 +116,13 @@ def _awq(model_dir: Path, source: str, out: Path, policy, tokens: int, *, clip: 
 
     start = time.perf_counter()
     chosen = calibrate(
-        model_dir, source, out, policy, tokens=tokens, clip=clip, progress=lambda it: tqdm(it, desc="AWQ", unit="layer")
+        model_dir,
+        source,
+        partial,
+        policy,
+        tokens=tokens,
+        clip=clip,
+        progress=lambda it: tqdm(it, desc="AWQ", unit="layer"),
     )
     alphas = [a for layer in chosen.values() for a in layer.values()]
     typer.echo(
@@ -95,7 +133,16 @@ def _awq(model_dir: Path, source: str, out: Path, policy, tokens: int, *, clip: 
 
 
 def _gptq(
-    model_dir: Path, source: str, out: Path, policy, tokens: int, *, act_order: bool, clip: bool, asym: bool
+    model_dir: Path,
+    source: str,
+    partial: Path,
+    out: Path,
+    policy,
+    tokens: int,
+    *,
+    act_order: bool,
+    clip: bool,
+    asym: bool,
 ) -> None:
     import time
 
@@ -108,7 +155,7 @@ def _gptq(
     progress = lambda it: tqdm(it, desc="GPTQ", unit="layer")  # noqa: E731
     options = Options(act_order=act_order, mse=clip, asym=asym)
     quantized = calibrate(model_dir, source, policy, tokens=tokens, options=options, progress=progress)
-    result = export(model_dir, out, policy, precomputed=quantized)
+    result = export(model_dir, partial, policy, precomputed=quantized)
     typer.echo(
         f"GPTQ ({policy.scheme} g{policy.group_size}, {tokens} tokens, act-order {act_order}, clip {clip}, "
         f"asym {asym}): "
@@ -128,24 +175,29 @@ def scan_cmd(
         Optional[Path],
         typer.Option(help="the online monitor's events file (quant.monitor.events_path): its fallbacks are kept too"),
     ] = None,
+    overwrite: OverwriteOpt = False,
 ) -> None:
     """Per linear layer: dispersion R, KL with only that layer quantized, energy σ₁/Σσ; writes the fallback
     list (every shard of a fused module one of whose shards is flagged, with the reason). With --events, the
-    layers the online monitor switched to high precision are kept as well (the closed loop)."""
+    layers the online monitor switched to high precision are kept as well (the closed loop). The three files
+    replace what --out names at once, when all are written (a server re-reading --out never sees half a file)."""
     from tqdm import tqdm
 
     from runtime_ext.quant import sensitivity
     from runtime_ext.quant.policy import QuantPolicy
     from tools.quant.offline import scan
 
-    model_dir, source = _inputs(model, text)
-    recorded = _monitor_events(events)
+    model_dir = _model_dir(model)
+    outs = [out, out.with_suffix(".md"), out.with_suffix(".png")]
+    _check_out("scan", outs, model_dir, overwrite, text=text, events=events)
+    source, recorded = _text(text), _monitor_events(events)
     scores = scan(model_dir, source, QuantPolicy(scheme), tokens=tokens, progress=lambda it: tqdm(it, desc="layers"))
     thresholds = {**sensitivity.THRESHOLDS, "kl_top": kl_top}
     reasons = sensitivity.fallback(scores, thresholds, recorded)
-    sensitivity.write(out, model_dir.name, scheme, scores, reasons, thresholds)
-    out.with_suffix(".md").write_text(sensitivity.markdown(scores, reasons))
-    _plot(scores, list(reasons), out.with_suffix(".png"), f"{model_dir.name} {scheme}: KL per linear layer")
+    with staged_files(*outs) as (json_file, md_file, png_file):
+        sensitivity.write(json_file, model_dir.name, scheme, scores, reasons, thresholds)
+        md_file.write_text(sensitivity.markdown(scores, reasons))
+        _plot(scores, list(reasons), png_file, f"{model_dir.name} {scheme}: KL per linear layer")
     flagged = len(sensitivity.select(scores, **thresholds))
     typer.echo(
         f"{len(reasons)} of {len(scores)} layers kept in high precision ({flagged} flagged, "
@@ -180,11 +232,12 @@ def export_cmd(
     target: Annotated[
         str, typer.Option(help="whose loader reads it: structserve | sglang-npu | vllm-ascend (docs/ascend.md)")
     ] = "structserve",
+    overwrite: OverwriteOpt = False,
 ) -> None:
-    """Write a quantized checkpoint in the msModelSlim layout (quant_model_description.json + int8 weights)."""
+    """Write a quantized checkpoint in the msModelSlim layout (quant_model_description.json + int8 weights).
+    It appears at --out only when complete."""
     from tqdm import tqdm
 
-    from assets import fetch
     from runtime_ext.quant.policy import QuantPolicy, QuantPolicyError
     from runtime_ext.quant.sensitivity import load_sensitive_layers
     from runtime_ext.quant.targets import TargetError, layout
@@ -194,17 +247,18 @@ def export_cmd(
         layout(target, scheme)  # refuse before fetching or reading anything
         policy = QuantPolicy(scheme, group_size, keep=())  # type: ignore[arg-type]
     except (TargetError, QuantPolicyError) as exc:
-        typer.echo(f"structserve quant export: {exc}", err=True)
-        raise typer.Exit(2) from None
-    model_dir = model or fetch(["smollm2"]).smollm2
+        _refused("export", exc)
+    model_dir = _model_dir(model)
+    _check_out("export", [out], model_dir, overwrite, sensitive_layers=sensitive_layers)
     keep = tuple(load_sensitive_layers(sensitive_layers)) if sensitive_layers else ()
-    result = export(
-        model_dir,
-        out,
-        QuantPolicy(policy.scheme, group_size, keep=keep),
-        progress=lambda it: tqdm(it, desc="quantizing", unit="layer"),
-        target=target,
-    )
+    with staged_dir(out) as partial:
+        result = export(
+            model_dir,
+            partial,
+            QuantPolicy(policy.scheme, group_size, keep=keep),
+            progress=lambda it: tqdm(it, desc="quantizing", unit="layer"),
+            target=target,
+        )
     typer.echo(
         f"{result['quantized']} linear layers {result['type']} for {target}, {result['kept']} kept; "
         f"{result['bytes'] / 2**20:.1f} MiB of tensors -> {out}"
