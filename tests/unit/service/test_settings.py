@@ -66,3 +66,13 @@ def test_a_reserve_ratio_without_budget_admission_is_refused(monkeypatch):
         load_settings()
     monkeypatch.setenv("STRUCTSERVE_SCHEDULING__ADMISSION", "budget")
     assert load_settings().scheduling.reserve_ratio == 0.5
+
+
+def test_responses_store_defaults_and_redis_needs_a_url(monkeypatch):
+    from service.settings import ResponsesSettings
+
+    assert load_settings().responses == ResponsesSettings()  # configs/default.yaml == the model's defaults
+    assert load_settings().responses.store == "memory"
+    monkeypatch.setenv("STRUCTSERVE_RESPONSES__STORE", "redis")
+    with pytest.raises(ValidationError, match="responses.redis_url"):
+        load_settings()
