@@ -1,0 +1,174 @@
+"""Build and load the compiled C8 KV library (``kv_cpu.c``) that ``kv_cpu`` calls, or say why not.
+
+Build: the host's C compiler (``$CC``, default ``cc``), OpenMP, into ``$STRUCTSERVE_KERNEL_CACHE``
+(default ``~/.cache/structserve/kernels``), one file per build named by a hash of the source, the
+compiler, the flags and the machine; a ``-march=native`` build adds the CPU's feature flags
+(``/proc/cpuinfo``) to that hash. On x86-64 this CPU's build comes first (``NATIVE_FLAGS``), the
+portable one (``PORTABLE_FLAGS``) if it fails. When the feature flags cannot be read no
+``-march=native`` build is made or loaded: a cached one from another CPU could hold instructions
+this one lacks. ``STRUCTSERVE_KERNEL_SANITIZE=address`` adds ``-fsanitize=address`` (the hash
+too): the tests run the kernels under AddressSanitizer that way.
+
+Trust: a library is loaded only when the cache directory and the file are owned by this user and
+writable by no one else (and the file is no symbolic link): anyone who can write there could
+have this process run their code. Otherwise the torch reference runs and ``Loaded.reason`` says
+why (the log, the plugin report and ``/metrics`` show it).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import platform
+import re
+import stat
+import subprocess
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from runtime_ext.config import RuntimeExtConfig
+
+log = logging.getLogger(__name__)
+SOURCE = Path(__file__).with_name("kv_cpu.c")
+NATIVE_FLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-fopenmp")
+PORTABLE_FLAGS = ("-O3", "-fopenmp")
+SANITIZE_ENV = "STRUCTSERVE_KERNEL_SANITIZE"
+CACHE_ENV = "STRUCTSERVE_KERNEL_CACHE"
+_P, _I, _I64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64
+SIGNATURES = {  # kv_cpu.c's calls: (return type, argument types)
+    "gather_dequant_token": (_I, [_P, _I, _P, _P, _P, _I64, _I64, _I, _I, _I]),
+    "gather_dequant_static": (_I, [_P, _I, _P, _P, _P, _I64, _I64, _I, _I, _I]),
+    "quantize_store_token": (_I, [_P, _I, _I64, _I64, _I, _I, _P, _P, _P]),
+    "quantize_store_static": (_I, [_P, _I, _I64, _I64, _I, _I, _P, _P, _P]),
+    "residual_release": (_I, [_P, _P, _P, _P, _I, _P, _I64, _I64, _I64]),
+    "residual_store": (
+        _I64,
+        [_P, _I, _P, _I, _I64, _I, _I, _P, _I64, ctypes.c_float, _P, _P, _P, _P, _I64, _I64, _P, _P],
+    ),
+    "residual_add": (_I64, [_P, _I, _P, _I64, _I64, _I, _I, _P, _P, _I64, _I64, _P, _P, _I]),
+}
+
+
+class Unavailable(Exception):
+    """The library cannot be built, trusted or loaded; the message says why."""
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """What ``library()`` found: the library (None: the reference runs) and why."""
+
+    lib: ctypes.CDLL | None
+    reason: str
+
+
+def cache_dir() -> Path:
+    root = os.environ.get(CACHE_ENV)
+    return Path(root) if root else Path.home() / ".cache" / "structserve" / "kernels"
+
+
+def cpu_flags() -> str | None:
+    """The CPU's feature-flag line of ``/proc/cpuinfo`` (None when it cannot be read)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return None
+    return next((line for line in lines if line.startswith(("flags", "Features"))), None)
+
+
+def sanitizer_flags() -> tuple[str, ...]:
+    """``-fsanitize=<$STRUCTSERVE_KERNEL_SANITIZE>`` and what makes its reports readable (none unset)."""
+    wanted = os.environ.get(SANITIZE_ENV, "")
+    if not wanted:
+        return ()
+    if not re.fullmatch(r"[a-z]+(,[a-z]+)*", wanted):
+        raise Unavailable(f"{SANITIZE_ENV}={wanted!r} is not a list of sanitizer names (e.g. address)")
+    return (f"-fsanitize={wanted}", "-fno-omit-frame-pointer", "-g")
+
+
+def untrusted(path: Path) -> str | None:
+    """Why ``path`` may not be loaded from (None: owned by this user, writable by no one else, no link)."""
+    info = os.stat(path) if path.is_dir() else os.lstat(path)
+    if stat.S_ISLNK(info.st_mode):
+        return f"{path} is a symbolic link"
+    if info.st_uid != os.geteuid():
+        return f"{path} is owned by uid {info.st_uid}, not by this process's uid {os.geteuid()}"
+    if info.st_mode & 0o022:
+        return f"{path} is writable by group or others (mode {oct(info.st_mode & 0o777)})"
+    return None
+
+
+def build_key(compiler: str, flags: tuple[str, ...]) -> str:
+    """The hash that names a build: source, compiler, flags, machine; the CPU's feature flags for
+    ``-march=native`` (``Unavailable`` when they cannot be read: no native build then)."""
+    parts = [SOURCE.read_text(), compiler, *flags, platform.machine()]
+    if "-march=native" in flags:
+        features = cpu_flags()
+        if features is None:
+            raise Unavailable("this CPU's feature flags cannot be read (/proc/cpuinfo): no -march=native build")
+        parts.append(features)
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+
+
+def compiled(flags: tuple[str, ...]) -> Path:
+    """The trusted library file for ``flags``, compiled unless the cache has it (``Unavailable`` if not)."""
+    compiler = os.environ.get("CC", "cc")
+    directory = cache_dir()
+    target = directory / f"kv_cpu-{build_key(compiler, flags)}.so"
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if why := untrusted(directory):
+            raise Unavailable(f"cache not trusted: {why}")
+        if not target.exists():
+            tmp = target.with_suffix(f".{os.getpid()}.tmp")
+            cmd = [compiler, *flags, "-shared", "-fPIC", "-o", str(tmp), str(SOURCE)]
+            subprocess.run(cmd, check=True, capture_output=True, timeout=120)
+            os.chmod(tmp, 0o755)  # whatever the umask: never writable by group or others
+            tmp.replace(target)
+        if why := untrusted(target):
+            raise Unavailable(f"cache not trusted: {why}")
+    except subprocess.CalledProcessError as exc:
+        raise Unavailable(f"{compiler} failed: {exc.stderr.decode(errors='replace').strip()[:300]}") from exc
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise Unavailable(f"no build: {exc}") from exc
+    return target
+
+
+def load(flags: tuple[str, ...]) -> ctypes.CDLL:
+    """The library built with ``flags`` plus the sanitizer's (``Unavailable`` with the reason if not)."""
+    path = compiled(flags + sanitizer_flags())
+    try:
+        lib = ctypes.CDLL(str(path))
+    except OSError as exc:
+        raise Unavailable(f"{path} does not load: {exc}") from exc
+    for name, (restype, argtypes) in SIGNATURES.items():
+        getattr(lib, name).restype, getattr(lib, name).argtypes = restype, argtypes
+    return lib
+
+
+_BUILT = {"native": "compiled for this CPU", "portable": "compiled portable"}
+
+
+def _builds() -> tuple[tuple[str, tuple[str, ...]], ...]:
+    portable = ("portable", PORTABLE_FLAGS)
+    return (("native", NATIVE_FLAGS), portable) if platform.machine() in ("x86_64", "AMD64") else (portable,)
+
+
+@cache
+def library() -> Loaded:
+    """The process's library: this CPU's build, else the portable one, else None and why."""
+    if RuntimeExtConfig.from_env().kv_kernels != "native":
+        return Loaded(None, "configured: kv_kernels is reference")
+    failures = []
+    for name, flags in _builds():
+        try:
+            lib = load(flags)
+        except Unavailable as exc:
+            log.warning("C8 KV kernels: the %s build is unavailable: %s", name, exc)
+            failures.append(str(exc))
+            continue
+        return Loaded(lib, _BUILT[name] + (f" (the native build: {failures[0]})" if failures else ""))
+    log.warning("C8 KV kernels: no compiled library, the torch reference runs (%s)", failures[-1])
+    return Loaded(None, failures[-1])
