@@ -22,7 +22,6 @@ from service.grammar_gate import GrammarService
 from service.limits import Admission, KeyRing, TokenBucket, load_keys
 from service.logs import restore_logging
 from service.pipeline.chat import ChatPipeline
-from service.responses_store import open_store
 from service.settings import Settings
 from service.startup import ModelInfo, prepare_engine
 from service.tokenizer import HFChatTemplate
@@ -31,7 +30,7 @@ from service.types import ModelFormats, ReasoningPolicy, ReasoningSetup, Serving
 log = logging.getLogger(__name__)
 
 
-async def _load(state: ServiceState, model_dir: Path, on_failure: Any) -> None:
+async def _load(state: ServiceState, model_dir: Path, on_failure: Any, on_death: Any) -> None:
     try:
         info = await asyncio.to_thread(ModelInfo.read, model_dir)
         template = await asyncio.to_thread(HFChatTemplate, model_dir, info.model_type)
@@ -39,6 +38,7 @@ async def _load(state: ServiceState, model_dir: Path, on_failure: Any) -> None:
         engine = await asyncio.to_thread(SGLangEngine.start, prepare_engine(state.settings, info))
         restore_logging()
         state.engine = engine
+        engine.death.listeners.append(lambda reason: _engine_died(state, reason, on_death))
         g = state.settings.grammar
         state.grammar = GrammarService(
             model_dir, info.vocab, timeout_s=g.compile_timeout_s, cache_size=g.cache_size, backend=g.backend
@@ -60,6 +60,12 @@ async def _load(state: ServiceState, model_dir: Path, on_failure: Any) -> None:
         log.exception("engine failed to start")
         state.failure = f"{type(exc).__name__}: {exc}"
         on_failure()
+
+
+def _engine_died(state: ServiceState, reason: str, on_death: Any) -> None:
+    """An engine process died while serving: /ready and new requests 503, the server exits 1."""
+    state.engine_death = reason
+    on_death()
 
 
 def _kv_pool(report: dict | None) -> tuple[int, int] | None:
@@ -87,14 +93,16 @@ def _formats(settings: Settings, template: HFChatTemplate) -> tuple[ModelFormats
 
 
 def create_app(settings: Settings, model_dir: Path, served_model_name: str) -> FastAPI:
-    """Build the app; ``app.state.on_engine_failure`` (set by the CLI) stops the server."""
+    """Build the app; ``app.state.on_engine_failure`` and ``on_engine_death`` (set by the CLI) stop
+    the server."""
     state = ServiceState(settings=settings, served_model_name=served_model_name, created=int(time.time()))
-    state.extra[responses.STORE] = store = open_store(settings.responses)
+    state.extra[responses.STORE] = store = responses.open_store(settings.responses)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         on_failure = getattr(app.state, "on_engine_failure", lambda: None)
-        loader = asyncio.create_task(_load(state, model_dir, on_failure))
+        on_death = getattr(app.state, "on_engine_death", on_failure)
+        loader = asyncio.create_task(_load(state, model_dir, on_failure, on_death))
         try:
             yield
         finally:

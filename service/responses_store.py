@@ -21,16 +21,13 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from pydantic import BaseModel
 
 from service.errors import NotFoundError
 from service.protocol.responses import InputItem
 from service.protocol.responses_output import Response
-
-if TYPE_CHECKING:
-    from service.settings import ResponsesSettings
 
 
 @dataclass(frozen=True)
@@ -132,15 +129,3 @@ class MemoryResponseStore:
             if expires > now and self.total_bytes <= self.max_total_bytes:
                 return
             self._drop(key)
-
-
-def open_store(settings: ResponsesSettings) -> ResponseStore:
-    """The store ``responses.store`` names (a Redis client connects at its first command)."""
-    if settings.store == "redis":
-        from service.responses_store_redis import RedisResponseStore
-
-        assert settings.redis_url is not None  # settings validation
-        return RedisResponseStore(
-            settings.redis_url, settings.ttl_s, settings.max_entry_bytes, settings.redis_timeout_s
-        )
-    return MemoryResponseStore(settings.ttl_s, settings.max_entry_bytes, settings.max_total_bytes)

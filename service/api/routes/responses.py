@@ -27,11 +27,23 @@ from service.pipeline.chat import ChatPipeline, PreparedChat
 from service.pipeline.responses import ParamMap, ResponseBuilder, ResponseEventStream, to_chat_request
 from service.protocol.responses import InputItem, MessageItem, ResponsesRequest
 from service.protocol.responses_output import Response
-from service.responses_store import ResponseStore
+from service.responses_store import MemoryResponseStore, ResponseStore
+from service.responses_store_redis import RedisResponseStore
+from service.settings import ResponsesSettings
 
 router = APIRouter()
 log = logging.getLogger(__name__)
 STORE = "responses"  # ServiceState.extra key of the ResponseStore (service/main.py opens it)
+
+
+def open_store(settings: ResponsesSettings) -> ResponseStore:
+    """The store ``responses.store`` names (a Redis client connects at its first command)."""
+    if settings.store == "redis":
+        assert settings.redis_url is not None  # settings validation
+        return RedisResponseStore(
+            settings.redis_url, settings.ttl_s, settings.max_entry_bytes, settings.redis_timeout_s
+        )
+    return MemoryResponseStore(settings.ttl_s, settings.max_entry_bytes, settings.max_total_bytes)
 
 
 def _store(request: Request) -> ResponseStore:

@@ -10,10 +10,11 @@ import uuid
 
 import pytest
 
+from service.api.routes.responses import open_store
 from service.errors import NotFoundError, StoreUnavailableError
 from service.protocol.responses import MessageItem, OutputText
 from service.protocol.responses_output import Response, ResponseOutputMessage
-from service.responses_store import MemoryResponseStore, ResponseStore, open_store
+from service.responses_store import MemoryResponseStore, ResponseStore
 from service.settings import ResponsesSettings
 from tests.redis_server import RedisServer
 from tests.server import free_port
@@ -173,6 +174,13 @@ def test_unreachable_redis_is_a_503(tmp_path):
             await store.close()
 
     asyncio.run(scenario())
-    never = make_store("redis", f"redis://127.0.0.1:{free_port()}/0")  # nothing ever listened there
-    with pytest.raises(StoreUnavailableError):
-        asyncio.run(never.check())
+
+    async def never_listened() -> None:
+        store = make_store("redis", f"redis://127.0.0.1:{free_port()}/0")  # nothing ever listened there
+        try:
+            with pytest.raises(StoreUnavailableError):
+                await store.check()
+        finally:
+            await store.close()
+
+    asyncio.run(never_listened())
