@@ -173,7 +173,10 @@ def test_unreachable_redis_is_a_503(tmp_path):
         finally:
             await store.close()
 
-    asyncio.run(scenario())
+    try:
+        asyncio.run(scenario())
+    finally:
+        server.stop()
 
     async def never_listened() -> None:
         store = make_store("redis", f"redis://127.0.0.1:{free_port()}/0")  # nothing ever listened there
