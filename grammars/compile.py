@@ -25,11 +25,11 @@ import multiprocessing
 import re
 import threading
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grammars.bounded_cache import CACHE_BYTES, BoundedCache, text_bytes
 from grammars.errors import (
     CompilerBusyError,
     GrammarCompileError,
@@ -122,6 +122,7 @@ class GrammarCompiler:
         *,
         timeout_s: float = 10.0,
         cache_size: int = 512,
+        cache_bytes: int = CACHE_BYTES,
         any_whitespace: bool = False,
         start_timeout_s: float = 300.0,
     ) -> None:
@@ -132,8 +133,9 @@ class GrammarCompiler:
         self.any_whitespace = any_whitespace
         self.start_timeout_s = start_timeout_s
         self.start_seconds: float | None = None
-        self._cache: OrderedDict[tuple[str, str], GrammarError | None] = OrderedDict()
-        self._cache_lock = threading.Lock()
+        self._cache: BoundedCache[tuple[str, str], GrammarError | None] = BoundedCache(
+            cache_size, cache_bytes, lambda key, error: text_bytes(*key, error and error.message)
+        )
         self._worker_lock = threading.Lock()
         self._proc: Any = None
         self._conn: Any = None
@@ -203,21 +205,15 @@ class GrammarCompiler:
 
     def _lookup(self, key: tuple[str, str]) -> bool:
         """True on a cached success; re-raises (a copy of) a cached failure."""
-        with self._cache_lock:
-            if key not in self._cache:
-                return False
-            self._cache.move_to_end(key)
-            error = self._cache[key]
+        hit, error = self._cache.lookup(key)
+        if not hit:
+            return False
         if error is not None:
             raise error.with_param(error.param)
         return True
 
     def _store(self, key: tuple[str, str], error: GrammarError | None) -> None:
-        with self._cache_lock:
-            self._cache[key] = error
-            self._cache.move_to_end(key)
-            while len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
+        self._cache.put(key, error)
 
     def _roundtrip(self, kind: Kind, text: str) -> tuple[Any, ...]:
         """Send one request; kill the worker on timeout or death (caller holds the lock)."""

@@ -29,6 +29,7 @@ __all__ = [
     "RemoteRefError",
     "SchemaTooComplexError",
     "UnsatisfiableSchemaError",
+    "UncheckablePatternError",
     "Unsupported",
     "UnsupportedGrammarError",
     "UnsupportedKeywordError",
@@ -142,6 +143,14 @@ class UnsatisfiableSchemaError(GrammarError):
     ``pointer`` is where to change it."""
 
     code = "unsatisfiable_schema"
+
+
+class UncheckablePatternError(GrammarError):
+    """A ``pattern`` or ``patternProperties`` regex the service cannot match in linear time
+    (``grammars.patterns``: a backreference, a lookaround, a program too large for RE2).
+    Refused loosening or not: every pattern is matched again when the output is validated."""
+
+    code = "unsupported_pattern"
 
 
 class GrammarCompileError(GrammarError):

@@ -46,6 +46,7 @@ from grammars.errors import (
     UnsupportedKeywordError,
 )
 from grammars.keywords import KEYWORDS, SGLANG_FORMATS, KeywordSupport
+from grammars.patterns import check_patterns
 from grammars.productive import check_productive
 from grammars.schema_access import member_dict
 from grammars.schema_rules import node_problems
@@ -112,7 +113,8 @@ def check_schema(schema: Any, *, limits: SchemaLimits = SchemaLimits(), allow_lo
     violation or a dangling local ``$ref``; ``RemoteRefError``; unless
     ``allow_loosening``, ``UnsupportedKeywordError`` listing every unsupported keyword
     occurrence (with ``allow_loosening`` those are removed from a copy instead and
-    listed in ``CheckedSchema.loosened``); last, ``UnsatisfiableSchemaError`` when a
+    listed in ``CheckedSchema.loosened``); ``UncheckablePatternError`` for a regex RE2
+    cannot run (``grammars.patterns``); last, ``UnsatisfiableSchemaError`` when a
     subschema the grammar reaches has no finite instance. Never mutates ``schema``;
     milliseconds for schemas within the default limits.
     """
@@ -124,6 +126,7 @@ def check_schema(schema: Any, *, limits: SchemaLimits = SchemaLimits(), allow_lo
     problems = _problems(schema)
     if problems and not allow_loosening:
         raise UnsupportedKeywordError(problems)
+    check_patterns(schema)  # every regex is matched again when the output is validated
     checked = _loosen(schema, problems) if problems else CheckedSchema(schema, canonical_json(schema))
     check_productive(checked.schema)
     return checked

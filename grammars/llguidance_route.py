@@ -11,18 +11,17 @@ tool-call structural tag or a ``response_format`` JSON schema, or None to keep x
 
 The one tokenizer-bound compile happens in SGLang's scheduler (``runtime_ext.grammar_route``),
 lazily, so a grammar is compiled once per process pair. Results are cached (LRU, by kind and
-text). Thread-safe; called through ``asyncio.to_thread``. Imports llguidance
-lazily.
+text, bounded by entries and by bytes of text: ``grammars.bounded_cache``). Thread-safe; called
+through ``asyncio.to_thread``. Imports llguidance lazily.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import threading
-from collections import OrderedDict
 from pathlib import Path
 
+from grammars.bounded_cache import CACHE_BYTES, BoundedCache, text_bytes
 from grammars.llguidance_lark import NotExpressible, json_schema_to_lark, structural_tag_to_lark, text_tokens
 
 __all__ = ["LarkRouter"]
@@ -34,26 +33,19 @@ tokenizer, and ours come from the served tokenizer's own ``tokenizer.json``."""
 
 
 class LarkRouter:
-    def __init__(self, tokenizer_json: Path, cache_size: int = 512) -> None:
+    def __init__(self, tokenizer_json: Path, cache_size: int = 512, cache_bytes: int = CACHE_BYTES) -> None:
         data = json.loads(tokenizer_json.read_text()) if tokenizer_json.exists() else {}
         self.tokens = text_tokens(data)
-        self.cache_size = cache_size
-        self._cache: OrderedDict[str, str | None] = OrderedDict()
-        self._lock = threading.Lock()
+        self._cache: BoundedCache[str, str | None] = BoundedCache(cache_size, cache_bytes, text_bytes)
 
     def route(self, kind: str, text: str) -> str | None:
         """``kind``: ``structural_tag`` (a tool-call tag) or ``json_schema`` (the policy's
         canonical schema text); any other kind stays with xgrammar."""
         key = f"{kind}\0{text}"
-        with self._lock:
-            if key in self._cache:
-                self._cache.move_to_end(key)
-                return self._cache[key]
-        lark = self._checked(kind, text) if kind in ("structural_tag", "json_schema") else None
-        with self._lock:
-            self._cache[key] = lark
-            while len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
+        hit, lark = self._cache.lookup(key)
+        if not hit:
+            lark = self._checked(kind, text) if kind in ("structural_tag", "json_schema") else None
+            self._cache.put(key, lark)
         return lark
 
     def _checked(self, kind: str, text: str) -> str | None:

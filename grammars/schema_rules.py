@@ -8,7 +8,6 @@ each rule is ``KEYWORDS.md`` and ``tests/grammars/test_schema_suite.py``.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from grammars.canonical import Node, branches_disjoint, pattern_problem
@@ -23,6 +22,7 @@ from grammars.keywords import (
     KEYWORDS,
     SGLANG_FORMATS,
 )
+from grammars.patterns import PatternError, search
 from grammars.schema_access import member_dict, member_list
 
 
@@ -221,9 +221,9 @@ def _pattern_properties_problem(patterns: dict[str, Any], props: dict[str, Any])
     if reason:
         return reason
     try:
-        clash = [name for name in props if re.search(pattern, name)]
-    except re.error:
-        return None  # the compiler reports the invalid regex
+        clash = [name for name in props if search(pattern, name)]
+    except PatternError:
+        return None  # check_patterns refuses it
     if clash:
         return (
             f"declared properties {clash} also match {pattern!r}; xgrammar checks them "
@@ -234,7 +234,7 @@ def _pattern_properties_problem(patterns: dict[str, Any], props: dict[str, Any])
 
 def _value_problems(value: dict[str, Any], pointer: str, root: Any) -> list[Unsupported]:
     """enum/const values must satisfy their siblings (xgrammar emits only the values)."""
-    from jsonschema import Draft202012Validator
+    from grammars.validation import LinearValidator
 
     out = []
     for key in ("const", "enum"):
@@ -243,7 +243,7 @@ def _value_problems(value: dict[str, Any], pointer: str, root: Any) -> list[Unsu
             continue
         values = [value["const"]] if key == "const" else value[key]
         try:
-            validator = Draft202012Validator(root).evolve(schema=rest)
+            validator = LinearValidator(root).evolve(schema=rest)
             bad = next((v for v in values if not validator.is_valid(v)), _OK)
         except (RecursionError, LookupError, ValueError, TypeError):
             bad = "(could not check)"

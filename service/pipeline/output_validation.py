@@ -1,4 +1,5 @@
-"""Choice stage helper: post-validation of JSON output against the client's schema (Draft 2020-12).
+"""Choice stage helper: post-validation of JSON output against the client's schema (Draft 2020-12;
+its regexes matched by RE2 in linear time, ``grammars.validation``).
 
 With strict decoding a failure should only happen on truncation; when it happens
 anyway it is counted and shown on the choice (``schema_validation``), never hidden.
@@ -10,8 +11,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from jsonschema import Draft202012Validator
-
+from grammars.validation import first_error
 from service.metrics import SCHEMA_VALIDATION_FAILURES
 from service.protocol.openai import CustomToolCall, SchemaValidation, ToolCall
 from service.types import DecodeConstraint
@@ -51,7 +51,7 @@ def validate_calls(
 
 
 def _first_error(value: Any, schema: Any) -> str | None:
-    error = next(iter(Draft202012Validator(schema).iter_errors(value)), None)
+    error = first_error(value, schema)  # RE2 for the schema's regexes: linear in the output
     if error is None:
         return None
     return "at /" + "/".join(str(p) for p in error.absolute_path) + f": {error.message}"
