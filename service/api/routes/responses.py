@@ -65,7 +65,9 @@ class _Keeper:
 
     async def __call__(self, response: Response) -> None:
         if not await self.store.put(self.owner, response, self.inputs):
-            log.warning("response %s not stored: its entry is larger than the store takes", response.id)
+            log.warning(
+                "response %s not stored: larger than responses.max_entry_bytes, or the store is full", response.id
+            )
             response.store = False
 
 
