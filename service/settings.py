@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from runtime_ext.config import DEFAULT_KV_ROTATION, Admission, KVRotation
+from runtime_ext.kv_cache.support import unsupported_kv_cache
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 DEFAULT_CONFIG = CONFIG_DIR / "default.yaml"
@@ -227,6 +228,13 @@ class Settings(BaseSettings):
         if value is not None and not value.is_file():
             raise ValueError(f"API key file {value} does not exist")
         return value
+
+    @model_validator(mode="after")
+    def _kv_cache_on_device(self) -> "Settings":
+        """A KV cache mode the device's SGLang path cannot serve stops the server (runtime_ext.kv_cache.support)."""
+        if (error := unsupported_kv_cache(self.kv_cache, self.engine.device)) is not None:
+            raise ValueError(error)
+        return self
 
     @classmethod
     def settings_customise_sources(

@@ -40,6 +40,7 @@ PURE = (
     "runtime_ext/config.py",
     "runtime_ext/state.py",
     "runtime_ext/kv_cache/fault.py",
+    "runtime_ext/kv_cache/support.py",
     "grammars/*",
     "service/pipeline/*",
     "service/types.py",
