@@ -33,6 +33,7 @@ def plugin_report() -> dict[str, Any]:
         "kv_cache": state.kv_cache.method_name(),
         "kv_rotation": state.kv_cache.rotation(),
         "kv_kernels": state.kv_cache.kernels(),
+        **_kv_kernel_calls(),
         "kv_cache_stats": state.kv_cache.method_stats(),
         "quant": state.quant.report(),
         "prefix_cache": state.prefix_cache.report(),
@@ -40,6 +41,13 @@ def plugin_report() -> dict[str, Any]:
         "attention": state.attention.report(),
         "grammar": state.grammar.report(),
     }
+
+
+def _kv_kernel_calls() -> dict[str, Any]:
+    """Why the C8 KV calls on the CPU run where they do, and the calls each implementation ran here."""
+    from runtime_ext.ops import kv_cpu  # (torch: the scheduler has it loaded)
+
+    return kv_cpu.report()
 
 
 def pool_report(scheduler: Any) -> dict[str, int]:

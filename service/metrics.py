@@ -58,6 +58,20 @@ KV_KERNELS = Gauge(
     ["impl"],
     registry=REGISTRY,
 )
+KV_KERNELS_REASON = Gauge(
+    "structserve_kv_kernels_reason",
+    "1 for why structserve_kv_kernels is what it is on the CPU: the build loaded (compiled for this CPU, "
+    "compiled portable) or why none is (configured, the compiler failed, the kernel cache is not trusted)",
+    ["reason"],
+    registry=REGISTRY,
+)
+KV_KERNEL_CALLS = Gauge(
+    "structserve_kv_kernel_calls",
+    "C8 KV store/read calls on the CPU by what ran them: native (the compiled library) or reference (torch: "
+    "no library, or a call the library does not take, e.g. a float16 model or a tensor it cannot address)",
+    ["impl"],
+    registry=REGISTRY,
+)
 ATTENTION = Gauge(
     "structserve_attention_decode_calls",
     "Decode attention calls (one per layer per step) by runtime_ext's path: batched (one call for the "

@@ -60,7 +60,7 @@ def reason() -> str:
 
 def report() -> dict:
     """For the plugin report: why, and how many calls each implementation ran in this process."""
-    return {"reason": reason(), "calls": {"native": CALLS[NATIVE], "reference": CALLS[REFERENCE]}}
+    return {"kv_kernels_reason": reason(), "kv_kernel_calls": {"native": CALLS[NATIVE], "reference": CALLS[REFERENCE]}}
 
 
 def _key_rows(heads: int) -> int:

@@ -40,6 +40,10 @@ def _plugin_gauges(report: dict) -> None:
     m.KV_METHOD.labels(method=report.get("kv_cache", "unknown")).set(1)
     m.KV_ROTATION.labels(rotation=report.get("kv_rotation", "unknown")).set(1)
     m.KV_KERNELS.labels(impl=report.get("kv_kernels", "unknown")).set(1)
+    if report.get("kv_kernels_reason"):
+        m.KV_KERNELS_REASON.labels(reason=report["kv_kernels_reason"]).set(1)
+    for impl, calls in report.get("kv_kernel_calls", {}).items():
+        m.KV_KERNEL_CALLS.labels(impl=impl).set(calls)
     _kv_pool(report)
     attention = report.get("attention", {})
     for path in ("batched", "per_request"):
