@@ -23,8 +23,8 @@ _STATE = PluginState()  # this process's
 
 
 def plugin_report() -> dict[str, Any]:
-    """What the plugin says about itself in the process that calls this (in the scheduler:
-    also the KV-cache method its pool was built with)."""
+    """What the plugin says about itself in the process that calls this. In the scheduler the
+    report hook adds what serves K/V, read from the live objects (``kv_serving_report``)."""
     state = _STATE
     return {
         "version": __version__,
@@ -70,6 +70,28 @@ def pool_report(scheduler: Any) -> dict[str, int]:
     return report
 
 
+def kv_serving_report(scheduler: Any) -> dict[str, str]:
+    """What serves K/V in this scheduler, read from its live objects (not from settings or hook state):
+    the pool's class, what its buffers store, the quant method it holds, the attention backend's class."""
+    pool = scheduler.token_to_kv_pool_allocator.get_kvcache()
+    method = pool.get_kv_cache_quant_method() if hasattr(pool, "get_kv_cache_quant_method") else None
+    store = getattr(pool, "store_dtype", None) or pool.dtype
+    return {
+        "kv_pool_class": type(pool).__name__,
+        "kv_store_dtype": str(store).removeprefix("torch."),
+        "kv_quant_method": getattr(method, "name", "unquantized"),
+        "attention_backend": _backend_name(scheduler.tp_worker.model_runner.attn_backend),
+    }
+
+
+def _backend_name(backend: Any) -> str:
+    """The attention backend's class; a hybrid one names its prefill and decode backends."""
+    parts = [getattr(backend, f"{phase}_backend", None) for phase in ("prefill", "decode")]
+    if all(part is not None for part in parts):
+        return f"{type(backend).__name__}(prefill={type(parts[0]).__name__}, decode={type(parts[1]).__name__})"
+    return type(backend).__name__
+
+
 def _add_report(result: Any, controller: Any = None, *_args: Any, **_kwargs: Any) -> Any:
     """AFTER hook: append our report to the scheduler's internal state."""
     state = getattr(result, "internal_state", None)
@@ -84,6 +106,8 @@ def _add_report(result: Any, controller: Any = None, *_args: Any, **_kwargs: Any
                 report["kv_pool"], report["kv_census"] = pool_report(scheduler), census(scheduler)
                 report["admission"] = admission_report(scheduler, _STATE.admission)
                 report["dp_rank"] = _dp_rank()
+                report.update(kv_serving_report(scheduler))
+                report["kv_cache"] = report["kv_quant_method"]  # the pool's method, not the configured name
             except Exception as exc:  # noqa: BLE001
                 report["error"] = f"{type(exc).__name__}: {exc}"
         state[INTERNAL_STATE_KEY] = report

@@ -42,8 +42,15 @@ PLUGIN = Gauge(
 )
 KV_METHOD = Gauge(
     "structserve_kv_cache_method",
-    "1 for the KV-cache method SGLang's pool was built with (reported from the scheduler)",
+    "1 for the KV quant method SGLang's pool holds (read from the scheduler's pool)",
     ["method"],
+    registry=REGISTRY,
+)
+KV_SERVING = Gauge(
+    "structserve_kv_serving",
+    "1 for what serves K/V, read from the scheduler's live objects: pool class, what its buffers store, "
+    "attention backend class",
+    ["pool_class", "store_dtype", "attention_backend"],
     registry=REGISTRY,
 )
 KV_ROTATION = Gauge(

@@ -14,6 +14,11 @@ plugin adds (``register``):
 5. A BEFORE hook on ``Scheduler.process_batch_result``: a request whose K/V a store could not
    keep (NaN/inf, float16 scale overflow) is finished with an error there, alone (``poison.py``).
 
+Never an int8 pool without our method (``support.py``): hook 2 refuses our names when SGLang
+resolved the ``ascend`` attention backend (device npu: its pool takes no quant method), and an
+AFTER hook on ``KVCacheConfigurator._build_token_to_kv_pool`` refuses any int8 pool built for one
+of our names that does not hold the method hook 3 built (a pool family that passes none).
+
 Bytes per token come from ``sizing.cell_bytes`` (what is stored; see there).
 """
 
@@ -23,11 +28,14 @@ from functools import partial
 from typing import Any
 
 from runtime_ext.kv_cache.sizing import KV_MODES
+from runtime_ext.kv_cache.support import unsupported_kv_cache
 from runtime_ext.state import KVCacheState
 
 KV_METHODS = KV_MODES[1:]  # ours; "bf16" is SGLang's unquantized cache
 CONFIGURE_TARGET = "sglang.srt.mem_cache.kv_cache_dtype.configure_kv_cache_dtype"
-BUILD_TARGET = "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator._build_mha_quant_method"
+_CONFIGURATOR = "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator"
+BUILD_TARGET = f"{_CONFIGURATOR}._build_mha_quant_method"
+POOL_TARGET = f"{_CONFIGURATOR}._build_token_to_kv_pool"
 _ALLOCATOR = "sglang.srt.mem_cache.allocator.paged.PagedTokenToKVPoolAllocator"
 _TOKEN_ALLOCATOR = "sglang.srt.mem_cache.allocator.token.TokenToKVPoolAllocator"  # page_size 1
 _PROCESS_RESULT = "sglang.srt.managers.scheduler.Scheduler.process_batch_result"
@@ -41,6 +49,10 @@ def _configure(state: KVCacheState, original: Any, *args: Any, **kwargs: Any) ->
     name = kwargs.get("server_args_kv_cache_dtype")
     if name not in KV_METHODS:
         return original(*args, **kwargs)
+    from sglang.srt.runtime_context import get_exec
+
+    if get_exec().kernel.attention_backend == "ascend":  # SGLang then builds its NPU pool: no quant method
+        raise ValueError(unsupported_kv_cache(name, "npu"))
     state.name, state.model_dtype = name, kwargs.get("model_dtype")
     return name, torch.int8
 
@@ -56,6 +68,21 @@ def _build(state: KVCacheState, original: Any, self: Any, *args: Any, **kwargs: 
         state.built = method
         return method
     return original(self, *args, **kwargs)
+
+
+def _check_pool(state: KVCacheState, pool: Any, configurator: Any, *_args: Any, **_kwargs: Any) -> None:
+    """AFTER ``_build_token_to_kv_pool``: an int8 pool built for one of our names holds our method."""
+    import torch
+
+    if state.name not in KV_METHODS or configurator.kv_cache_dtype != torch.int8:
+        return
+    method = pool.get_kv_cache_quant_method() if hasattr(pool, "get_kv_cache_quant_method") else None
+    if state.built is None or method is not state.built:
+        raise ValueError(
+            f"kv_cache: {state.name}: SGLang built {type(pool).__name__} without runtime_ext's {state.name} "
+            "method, so its int8 buffers would hold K/V truncated to int8; this model's KV pool cannot serve "
+            "a C8 cache yet: use kv_cache: bf16 (docs/npu-twin.md)"
+        )
 
 
 def _released(state: KVCacheState, _result: Any, allocator: Any, *page_ids: Any) -> None:
@@ -116,6 +143,7 @@ def register(hooks: Any, hook_type: Any, state: KVCacheState) -> None:
         )
     hooks.register(CONFIGURE_TARGET, partial(_configure, state), hook_type.AROUND)
     hooks.register(BUILD_TARGET, partial(_build, state), hook_type.AROUND)
+    hooks.register(POOL_TARGET, partial(_check_pool, state), hook_type.AFTER)
     hooks.register(f"{_ALLOCATOR}._release_page_ids", partial(_released, state), hook_type.AFTER)
     hooks.register(f"{_TOKEN_ALLOCATOR}.free", partial(_freed, state), hook_type.AFTER)
     hooks.register(_PROCESS_RESULT, partial(_process_result, state), hook_type.BEFORE)

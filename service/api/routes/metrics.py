@@ -38,6 +38,12 @@ async def metrics(state: Annotated[ServiceState, Depends(get_state)]) -> Respons
 def _plugin_gauges(report: dict) -> None:
     """Gauges from runtime_ext's report (read in the scheduler processes, merged over dp ranks)."""
     m.KV_METHOD.labels(method=report.get("kv_cache", "unknown")).set(1)
+    if "kv_pool_class" in report:
+        m.KV_SERVING.labels(
+            pool_class=report["kv_pool_class"],
+            store_dtype=report["kv_store_dtype"],
+            attention_backend=report["attention_backend"],
+        ).set(1)
     m.KV_ROTATION.labels(rotation=report.get("kv_rotation", "unknown")).set(1)
     m.KV_KERNELS.labels(impl=report.get("kv_kernels", "unknown")).set(1)
     if report.get("kv_kernels_reason"):

@@ -30,6 +30,9 @@ PAGE = {
     "npu_convert_weight_to_int4pack": "https://hiascend.com/document/detail/zh/Pytorch/600/apiref/apilist/ptaoplist_000846.html",
     "npu_linear": "https://hiascend.com/document/detail/zh/Pytorch/600/apiref/apilist/ptaoplist_000803.html",
     "npu_format_cast": "https://hiascend.com/document/detail/zh/Pytorch/60RC3/apiref/apilist/ptaoplist_000725.html",
+    # SGLang's NPU KV store (tests/npu_twin/ops.py): op-plugin binds it to ATB's ReshapeAndCacheOperation
+    "_npu_reshape_and_cache": "https://www.hiascend.com/document/detail/zh/canncommercial/80RC2/apiref/ascendtbapi/ascendtb_01_0073.html",
+    "_npu_reshape_and_cache/op-plugin": "https://gitcode.com/Ascend/op-plugin/blob/master/op_plugin/ops/atb/ReshapeAndCachAtb.cpp",
 }
 HALF = (torch.float16, torch.bfloat16)
 

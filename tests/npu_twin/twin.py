@@ -1,0 +1,222 @@
+"""The torch_npu twin: lets SGLang's own NPU code paths run on this CPU, in a process of their own.
+
+``install()`` must run before anything imports sglang (SGLang evaluates ``is_npu()`` at import of
+its modules and keeps the answer). It puts in place:
+
+1. **The ``npu`` device name**: torch's PrivateUse1 backend renamed to ``npu`` (what torch_npu
+   does), so ``torch.device("npu")`` and ``torch.get_device_module("npu")`` exist.
+2. **The ``torch.npu`` namespace** (``NPU``): device queries, streams and events as no-ops, memory
+   queries answering for one stated device (``DEVICE``, an Atlas 800I A2 with 64 GiB, nothing
+   allocated), seeds. Registered as torch's ``npu`` device module, and as ``torch_npu.npu``.
+3. **A ``torch_npu`` package** whose ops are the strict emulations (``ops.OPS``): each checks its
+   documented contract (dtypes, shapes, ranges; ``ContractViolation`` citing the hiascend /
+   op-plugin page) and then computes the documented result. Any other ``torch_npu`` name (and
+   any ``torch_npu.*``, ``sgl_kernel_npu.*``, ``torchair.*`` module) imports, but calling it raises
+   ``NotEmulated`` naming it: an NPU path that needs an op the twin lacks fails loudly.
+4. **The device remap** (``DeviceRemap``, a ``TorchFunctionMode``): every torch call asked for an
+   ``npu`` device (``device=`` arguments, ``Tensor.to``) gets the CPU instead, so "npu" tensors
+   live on the CPU while SGLang's ``device`` strings stay ``"npu"`` for its own resolution.
+
+Limits (docs/npu-twin.md): tensors report ``device.type == "cpu"`` (code that branches on a
+tensor's device takes its CPU branch); host and device memory are the same, so a host<->device
+copy is the same tensor; the remap holds in the thread that installed it; streams, events and
+graph capture do nothing; no collective runs (one rank).
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import types
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+ENV = "TORCH_NPU_TWIN"  # "1" in a process that runs its tests under the twin (tests/npu_twin/conftest.py)
+FAKE_ROOTS = ("torch_npu", "sgl_kernel_npu", "torchair")
+GIB = 1 << 30
+DEVICE = {"name": "Ascend910B3 (twin: Atlas 800I A2)", "total_memory": 64 * GIB}
+
+
+class NotEmulated(NotImplementedError):
+    """A torch_npu (or sgl_kernel_npu, torchair) callable the twin does not emulate was called."""
+
+
+class _Missing:
+    """Stands for a name the twin does not emulate: importable, raising when called."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __call__(self, *_args: Any, **_kwargs: Any) -> Any:
+        raise NotEmulated(f"{self._name} is not emulated by the torch_npu twin (tests/npu_twin)")
+
+    def __getattr__(self, name: str) -> _Missing:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Missing(f"{self._name}.{name}")
+
+
+def _module_getattr(prefix: str) -> Any:
+    def __getattr__(name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Missing(f"{prefix}.{name}")
+
+    return __getattr__
+
+
+def _package(name: str) -> types.ModuleType:
+    module = types.ModuleType(name)
+    module.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
+    module.__path__ = []
+    module.__getattr__ = _module_getattr(name)  # type: ignore[method-assign]
+    return module
+
+
+class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Any submodule of the faked packages: an empty package whose names are ``_Missing``."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname.split(".")[0] in FAKE_ROOTS and fullname not in sys.modules:
+            return importlib.util.spec_from_loader(fullname, self, is_package=True)
+        return None
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        return _package(spec.name)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        return None
+
+
+class _NoOpStream:
+    """``torch.npu.Stream`` / ``Event``: the twin runs everything in order on the CPU."""
+
+    def __init__(self, *_args: Any, **_kwargs: Any) -> None:
+        pass
+
+    def __enter__(self) -> _NoOpStream:
+        return self
+
+    def __exit__(self, *_exc: Any) -> None:
+        return None
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return lambda *_a, **_k: None  # wait_stream, synchronize, record, record_stream, query...
+
+
+def _npu_namespace() -> types.ModuleType:
+    npu = _package("torch_npu.npu")
+    props = types.SimpleNamespace(name=DEVICE["name"], total_memory=DEVICE["total_memory"], uuid="twin-0")
+    state = {"device": 0}
+
+    def set_device(device: Any) -> None:
+        state["device"] = device if isinstance(device, int) else (torch.device(device).index or 0)
+
+    names: dict[str, Any] = {
+        "is_available": lambda: True,
+        "device_count": lambda: 1,
+        "current_device": lambda: state["device"],
+        "set_device": set_device,
+        "synchronize": lambda *_a: None,
+        "Stream": _NoOpStream,
+        "Event": _NoOpStream,
+        "current_stream": lambda *_a: _NoOpStream(),
+        "stream": lambda *_a: _NoOpStream(),
+        "mem_get_info": lambda *_a: (DEVICE["total_memory"], DEVICE["total_memory"]),
+        "get_device_properties": lambda *_a: props,
+        "get_device_name": lambda *_a: DEVICE["name"],
+        "empty_cache": lambda: None,
+        "memory_allocated": lambda *_a: 0,
+        "max_memory_allocated": lambda *_a: 0,
+        "reset_peak_memory_stats": lambda *_a: None,
+        "manual_seed": lambda _seed: None,
+        "manual_seed_all": lambda _seed: None,
+        "set_compile_mode": lambda **_k: None,
+        "config": types.SimpleNamespace(allow_internal_format=False),
+    }
+    for name, value in names.items():
+        setattr(npu, name, value)
+    return npu
+
+
+def _is_npu(device: Any) -> bool:
+    if isinstance(device, torch.device):
+        return device.type == "npu"
+    return isinstance(device, str) and device.split(":")[0] == "npu"
+
+
+class DeviceRemap(TorchFunctionMode):
+    """Every torch call asked for an ``npu`` device gets the CPU (``device=``, ``Tensor.to(device)``)."""
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = dict(kwargs or {})
+        if _is_npu(kwargs.get("device")):
+            kwargs["device"] = torch.device("cpu")
+        if kwargs.get("pin_memory"):  # no accelerator to pin for: host memory is the device's
+            kwargs["pin_memory"] = False
+        if func is torch.Tensor.to:
+            args = tuple(torch.device("cpu") if _is_npu(a) else a for a in args)
+        return func(*args, **kwargs)
+
+
+def _torchair() -> None:
+    """``get_compiler_backend()`` builds torchair's backend on NPU; SGLang passes ``disable=True`` on NPU,
+    so it is never called. Graph mode is not emulated: calling the backend raises."""
+    import torchair  # noqa: F401  (the stub package, from _StubFinder)
+    import torchair.configs.compiler_config as compiler_config
+
+    class CompilerConfig:
+        def __init__(self) -> None:
+            self.mode = "max-autotune"
+            self.debug = types.SimpleNamespace(run_eagerly=False)
+
+    compiler_config.CompilerConfig = CompilerConfig  # type: ignore[attr-defined]
+    sys.modules["torchair"].get_npu_backend = lambda **_k: _Missing("torchair npu backend (graph mode)")  # type: ignore[attr-defined]
+
+
+_INSTALLED: dict[str, Any] = {}
+
+
+def installed() -> bool:
+    return bool(_INSTALLED)
+
+
+def install() -> None:
+    """Install the twin in this process (idempotent); refuses once sglang is imported."""
+    if _INSTALLED:
+        return
+    if any(name == "sglang" or name.startswith("sglang.") for name in sys.modules):
+        raise RuntimeError(
+            "the torch_npu twin must be installed before sglang is imported (is_npu() is read at import)"
+        )
+    from tests.npu_twin.ops import OPS
+
+    torch.utils.rename_privateuse1_backend("npu")
+    npu = _npu_namespace()
+    torch._register_device_module("npu", npu)
+    torch_npu = _package("torch_npu")
+    torch_npu.npu = npu  # type: ignore[attr-defined]
+    for name, op in OPS.items():
+        setattr(torch_npu, name, op)
+    sys.modules.update({"torch_npu": torch_npu, "torch_npu.npu": npu})
+    sys.meta_path.insert(0, _StubFinder())
+    torch.Tensor.npu = lambda self, *_a, **_k: self  # type: ignore[attr-defined]  (host and device are one memory)
+    _torchair()
+    remap = DeviceRemap()
+    remap.__enter__()
+    _INSTALLED.update(torch_npu=torch_npu, npu=npu, remap=remap)
+
+
+def require() -> None:
+    """For the twin's test modules: they run only in a process that installed the twin."""
+    if not _INSTALLED:
+        raise RuntimeError(
+            f"this module runs under the torch_npu twin: run it through tests/npu_twin/test_under_twin.py "
+            f"(or {ENV}=1 python -m pytest -o python_files='twin_*.py' <file>)"
+        )
