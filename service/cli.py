@@ -6,11 +6,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, NoReturn, Optional
 
 import typer
 
 DEFAULT_MODEL_ASSET = "smollm2"
+# an engine process died: /ready answers 503 for at least LINGER, requests in flight get their
+# error (at most GRACE), then the process exits 1
+ENGINE_DEATH_LINGER_S, ENGINE_DEATH_GRACE_S = 1.0, 5.0
 
 
 def serve(
@@ -53,12 +56,30 @@ def serve(
         settings.drain_timeout_s,
     )
     api.state.on_engine_failure = lambda: setattr(server, "should_exit", True)
+    api.state.on_engine_death = lambda: server.stop_after_inflight(ENGINE_DEATH_LINGER_S, ENGINE_DEATH_GRACE_S)
     _exit_zero_after_graceful_sigterm(server)
     server.run()
-    failure = api.state.service.failure
-    if failure:
-        typer.echo(f"structserve: engine failed to start: {failure}", err=True)
+    state = api.state.service
+    if state.failure:
+        typer.echo(f"structserve: engine failed to start: {state.failure}", err=True)
         raise typer.Exit(1)
+    if state.engine_death:
+        typer.echo(f"structserve: the engine stopped while serving: {state.engine_death}", err=True)
+        _exit_at_once(1)
+
+
+def _exit_at_once(code: int) -> NoReturn:
+    """Exit without the interpreter's teardown: the engine is gone and the server has stopped its
+    processes; tearing down torch and SGLang takes seconds more on a busy host, and only a restart
+    helps now."""
+    import logging
+    import os
+    import sys
+
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _check_sglang_args(args: dict) -> None:

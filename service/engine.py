@@ -1,9 +1,9 @@
 """The in-process SGLang engine: lifecycle, generate, stream, abort, KV usage.
 
-This module and ``service.engine_args`` (the engine's arguments) are the service modules that
-import sglang. CPU defaults are set here, not
-by the user: ``SGLANG_USE_CPU_ENGINE=1`` (without it SGLang's CPU path dies on a vllm
-import), the ``torch_native`` attention backend and a bounded KV pool.
+This module, ``service.engine_args`` (the engine's arguments) and ``service.engine_signals``
+(SIGTERM, and an engine process's death) are the service modules that import sglang. CPU
+defaults are set here, not by the user: ``SGLANG_USE_CPU_ENGINE=1`` (without it SGLang's CPU
+path dies on a vllm import), the ``torch_native`` attention backend and a bounded KV pool.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from fastapi import HTTPException
 from runtime_ext.kv_cache import fault as kv_fault
 from runtime_ext.plugin import INTERNAL_STATE_KEY
 from service.engine_args import EngineOptions, prepare_process_env
+from service.engine_signals import DEATH, EngineDeath, signal_handler_class, unavailable
 from service.errors import EngineError, InvalidRequestError, NumericalFaultError, ServiceError
 from service.token_text import TokenTexts
 from service.types import EngineDelta, EngineOutput, GenerationPlan, TokenLogprob
@@ -39,6 +40,7 @@ class SGLangEngine:
         self._engine = engine
         self.options = options
         self._token_texts: TokenTexts | None = None
+        self.death = EngineDeath(engine.tokenizer_manager)  # an engine process died: every request fails
 
     @classmethod
     def start(cls, options: EngineOptions) -> "SGLangEngine":
@@ -47,8 +49,9 @@ class SGLangEngine:
 
         log.info("starting SGLang engine: %s", options)
         engine = sglang.Engine(**options.engine_kwargs())
-        engine.tokenizer_manager.signal_handler_class = _make_signal_handler_class()
-        return cls(engine, options)
+        wrapper = cls(engine, options)
+        engine.tokenizer_manager.signal_handler_class = signal_handler_class(wrapper.death)
+        return wrapper
 
     @property
     def context_length(self) -> int:
@@ -80,6 +83,7 @@ class SGLangEngine:
         return self._texts.logprobs(entries, meta.get("input_top_logprobs")) if entries else ()
 
     async def generate(self, plan: GenerationPlan, rid: str) -> EngineOutput:
+        self.death.check()
         try:
             out = await self._engine.async_generate(
                 input_ids=list(plan.input_ids), sampling_params=_sampling_params(plan), rid=rid, **_logprob_args(plan)
@@ -108,6 +112,7 @@ class SGLangEngine:
         Returns the tokens that were cached before, or None when there is no prefix cache."""
         if self.options.prefix_cache == "off":
             return None
+        self.death.check()
         try:
             out = await self._engine.async_generate(
                 input_ids=list(plan.input_ids), sampling_params={"max_new_tokens": 0}, rid=rid
@@ -122,6 +127,7 @@ class SGLangEngine:
     async def stream(self, plan: GenerationPlan, rid: str) -> AsyncIterator[EngineDelta]:
         """Yield text increments; abort the engine request if the consumer goes away."""
         finished = False
+        self.death.check()
         try:
             gen = await self._engine.async_generate(
                 input_ids=list(plan.input_ids),
@@ -151,7 +157,8 @@ class SGLangEngine:
                 await self.abort(rid)
 
     async def abort(self, rid: str) -> None:
-        self._tm.abort_request(rid=rid)
+        if self.death.reason is None:  # nothing is left to abort in a dead engine
+            self._tm.abort_request(rid=rid)
 
     async def kv_usage(self) -> KVUsage:
         """Tokens held by running requests (the radix cache's evictable pages excluded), summed
@@ -180,29 +187,6 @@ class SGLangEngine:
 
     def shutdown(self) -> None:
         self._engine.shutdown()
-
-
-def _make_signal_handler_class() -> type:
-    """SGLang's TokenizerManager installs its own SIGTERM handler on the serving loop,
-    which would take SIGTERM away from uvicorn. Ours forwards SIGTERM to whatever
-    handler the process had (uvicorn's graceful shutdown) and keeps SGLang's SIGQUIT
-    handling (a child process died)."""
-    import signal
-
-    from sglang.srt.managers.tokenizer_manager import SignalHandler
-
-    class ForwardingSignalHandler(SignalHandler):
-        def __init__(self, tokenizer_manager: Any):
-            super().__init__(tokenizer_manager)
-            self._previous = signal.getsignal(signal.SIGTERM)
-
-        def sigterm_handler(self, signum: Any = None, frame: Any = None) -> None:
-            if callable(self._previous):
-                self._previous(signal.SIGTERM, frame)
-            else:
-                super().sigterm_handler(signum, frame)
-
-    return ForwardingSignalHandler
 
 
 def _sampling_params(plan: GenerationPlan) -> dict[str, Any]:
@@ -260,6 +244,8 @@ def _abort_error(message: str, status: int | None, plan: GenerationPlan) -> Serv
     checked ahead still failed while decoding: the server's fault)."""
     if message.startswith(kv_fault.PREFIX):
         return NumericalFaultError(message.removeprefix(kv_fault.PREFIX).strip())
+    if message.startswith(DEATH):
+        return unavailable(message.removeprefix(DEATH))
     if not _GRAMMAR_FAILURE.search(message):
         if status == 400:
             return InvalidRequestError(f"the engine rejected the request: {message}")

@@ -86,6 +86,15 @@ class NumericalFaultError(ServiceError):
     code = "non_finite_activations"
 
 
+class EngineUnavailableError(ServiceError):
+    """An engine process died while serving the request; the server exits (503: retry on
+    another replica)."""
+
+    status = 503
+    type = "service_unavailable"
+    code = "engine_unavailable"
+
+
 class AuthenticationError(ServiceError):
     """API keys are configured and the request has none, or an unknown one (401)."""
 

@@ -4,7 +4,9 @@ On the first SIGTERM (once serving): ``/ready`` answers 503 at once and new requ
 (the service state is ``draining``), the listener stays open so a load balancer sees both;
 requests in flight run to completion, bounded by ``drain_timeout_s``; then uvicorn shuts down
 (engine last) and ``serve`` returns, so the process exits 0. A second SIGTERM or SIGINT ends the
-drain at once (uvicorn's own shutdown path).
+drain at once (uvicorn's own shutdown path). When an engine process dies, ``stop_after_inflight``
+ends the server once the requests in flight have their error (``service.engine_signals``) and
+``/ready`` has answered 503 for ``linger_s`` (a load balancer probing it sees why).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ class DrainingServer(uvicorn.Server):
         super().__init__(config)
         self.state, self.drain_timeout_s = state, drain_timeout_s
         self.drain_deadline: float | None = None
+        self.linger_until = 0.0  # not before this, even with nothing in flight
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if sig == signal.SIGTERM and self.started and self.drain_deadline is None:
@@ -39,10 +42,16 @@ class DrainingServer(uvicorn.Server):
             return
         super().handle_exit(sig, frame)
 
+    def stop_after_inflight(self, linger_s: float, grace_s: float) -> None:
+        """Shut down once no request is in flight and ``linger_s`` has passed, at most ``grace_s`` from now."""
+        now = time.monotonic()
+        self.linger_until = now + linger_s
+        self.drain_deadline = now + grace_s if self.drain_deadline is None else min(self.drain_deadline, now + grace_s)
+
     async def on_tick(self, counter: int) -> bool:
         if self.drain_deadline is not None and not self.should_exit:
-            left = self.state.counters["inflight"]
-            if left == 0 or time.monotonic() >= self.drain_deadline:
+            left, now = self.state.counters["inflight"], time.monotonic()
+            if (left == 0 and now >= self.linger_until) or now >= self.drain_deadline:
                 if left:
                     log.warning("drain timeout: %d request(s) still running are cut off", left)
                 log.info("drained; shutting down")

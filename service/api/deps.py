@@ -26,7 +26,8 @@ class ServiceState:
     pipeline: ChatPipeline | None = None
     context_length: int | None = None
     draining: bool = False
-    failure: str | None = None
+    failure: str | None = None  # the engine failed to start
+    engine_death: str | None = None  # an engine process died while serving (the server exits)
     created: int = 0
     admission: Admission | None = None  # chat requests running / queued (set by the app factory)
     counters: dict[str, int] = field(default_factory=lambda: {"inflight": 0})  # /v1/ requests being served
@@ -39,13 +40,15 @@ class ServiceState:
     def not_ready_reason(self) -> str | None:
         """Why new requests cannot be served now (None: they can). /ready and the gate (before
         queueing) refuse with this reason."""
-        if self.draining and self.failure is None:
+        if self.draining and self.failure is None and self.engine_death is None:
             return "the server is shutting down; retry on another replica"
         return self.cannot_serve_reason()
 
     def cannot_serve_reason(self) -> str | None:
         """Why a request the gate already let in cannot be served (None: it can). A drain does
         not stop it: requests queued before SIGTERM are served before exit."""
+        if self.engine_death is not None:
+            return f"the engine stopped ({self.engine_death}); this server is exiting: retry on another replica"
         if self.failure is not None:
             return f"the engine failed to start: {self.failure}"
         if self.pipeline is None:
