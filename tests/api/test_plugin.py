@@ -11,6 +11,10 @@ PLUGIN_RE = re.compile(
     r'^structserve_runtime_ext_loaded\{dp_rank="0",scheduler_pid="(\d+)",version="([^"]+)"\} 1\.0$', re.M
 )
 
+KV_SERVING_RE = re.compile(
+    r'^structserve_kv_serving\{attention_backend="([^"]+)",pool_class="(\w+)",store_dtype="(\w+)"\} 1\.0$', re.M
+)
+
 
 def test_plugin_reports_from_the_scheduler_process(qwen_server):
     text = httpx.get(f"{qwen_server.base_url}/metrics", timeout=30).text
@@ -26,6 +30,9 @@ def test_plugin_reports_from_the_scheduler_process(qwen_server):
         or "scheduler" in psutil.Process(pid).name().lower()
     )
     assert 'structserve_kv_cache_method{method="unquantized"} 1.0' in text  # kv_cache: bf16 builds SGLang's own pool
+    # what serves K/V, read from the scheduler's live pool and model runner (docs/npu-twin.md)
+    serving = KV_SERVING_RE.findall(text)
+    assert serving == [("StructserveNativeAttnBackend", "MHATokenToKVPool", "float32")], serving
 
 
 ATTENTION_RE = re.compile(r'^structserve_attention_decode_calls\{impl="(\w+)",path="(\w+)"\} (\d+)\.0$', re.M)
