@@ -2,8 +2,10 @@
 loopback: replica A runs ``engine.dp_size: 2`` with the plugin's combined prefix cache, budget
 admission and C8 KV (both schedulers report), replica B the defaults. Through the gateway with the
 official openai client: chat, stream, tools, json_schema; same-prefix requests stick to one
-replica (each replica's /metrics) and hit its prefix cache; a replica drained with SIGTERM
-finishes its in-flight request and the gateway sends the rest to the other."""
+replica (each replica's /metrics) and hit its prefix cache; both replicas keep stored responses in
+one real redis-server, so a chain of previous_response_id follow-ups succeeds wherever each lands,
+and Redis going away is a 503 for stored responses only; a replica drained with SIGTERM finishes
+its in-flight request and the gateway sends the rest to the other."""
 
 from __future__ import annotations
 
@@ -17,9 +19,12 @@ import pytest
 
 from tests.api.test_kv_c8_aborts import scrape
 from tests.fronts import Gateway
+from tests.redis_server import RedisServer
 from tests.server import ServerProcess
 
 CHAT = ("structserve_requests_total", (("route", "/v1/chat/completions"), ("status", "200")))
+RESPONSES = ("structserve_requests_total", (("route", "/v1/responses"), ("status", "200")))
+GENERATED = ("structserve_tokens_total", (("kind", "completion"),))
 pytestmark = pytest.mark.timeout(900)
 BASE_ENV = {"STRUCTSERVE_DTYPE": "float32", "STRUCTSERVE_REASONING__DEFAULT_THINKING": "false"}
 DP2_ENV = {
@@ -31,10 +36,21 @@ DP2_ENV = {
 
 
 @pytest.fixture(scope="module")
-def fleet(assets, tmp_path_factory):
+def store(tmp_path_factory):
+    """The fleet's shared response store: its own redis-server (a test takes it down)."""
+    server = RedisServer(
+        tmp_path_factory.mktemp("fleet-redis"), "--maxmemory", "64mb", "--maxmemory-policy", "volatile-ttl"
+    )
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def fleet(assets, tmp_path_factory, store):
+    shared = {**BASE_ENV, "STRUCTSERVE_RESPONSES__STORE": "redis", "STRUCTSERVE_RESPONSES__REDIS_URL": store.url}
     replicas = {
-        "a": ServerProcess(assets.qwen3_tiny, "gw-a-dp2", env={**BASE_ENV, **DP2_ENV}),
-        "b": ServerProcess(assets.qwen3_tiny, "gw-b", env=BASE_ENV),
+        "a": ServerProcess(assets.qwen3_tiny, "gw-a-dp2", env={**shared, **DP2_ENV}),
+        "b": ServerProcess(assets.qwen3_tiny, "gw-b", env=shared),
     }
     gateway = None
     try:
@@ -54,8 +70,8 @@ def client(gateway: Gateway) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="unused", max_retries=0, timeout=300)
 
 
-def served(replicas: dict) -> dict[str, float]:
-    return {name: scrape(r).get(CHAT, 0.0) for name, r in replicas.items() if r.proc.poll() is None}
+def served(replicas: dict, counter: tuple = CHAT) -> dict[str, float]:
+    return {name: scrape(r).get(counter, 0.0) for name, r in replicas.items() if r.proc.poll() is None}
 
 
 def ask(gateway: Gateway, model: str, system: str, question: str, max_tokens: int = 4):
@@ -142,6 +158,49 @@ def test_same_prefix_sticks_to_one_replica_and_hits_its_cache(fleet) -> None:
         # spreads a replica's requests round-robin over its ranks, each with its own cache
         cached = [r.usage.prompt_tokens_details.cached_tokens for r in replies[2:]]
         assert min(cached) >= 0.8 * replies[0].usage.prompt_tokens, cached
+
+
+# distinct openings: the cache-aware policy sees no shared prefix, so follow-ups do not all stick
+FOLLOW_UPS = "Apples? Bridges? Clouds? Dunes? Eagles? Forests? Glaciers? Harbors? Islands? Jungles?".split()
+
+
+def test_follow_ups_chain_across_both_replicas_through_the_shared_store(fleet) -> None:
+    """The gateway stores every Responses request (it adds store: true); with the store in Redis a
+    follow-up works on either replica. 10 chained follow-ups, all served, on both replicas."""
+    replicas, gateway = fleet
+    api, model = client(gateway), replicas["a"].model_name
+    previous = api.responses.create(model=model, input="Tell me about places.", max_output_tokens=4, temperature=0)
+    before = served(replicas, RESPONSES)
+    for text in FOLLOW_UPS:
+        reply = api.responses.create(
+            model=model, input=text, previous_response_id=previous.id, max_output_tokens=4, temperature=0
+        )
+        assert reply.status in ("completed", "incomplete") and reply.previous_response_id == previous.id
+        assert reply.usage.input_tokens > previous.usage.input_tokens  # the whole chain came along
+        previous = reply
+    after = served(replicas, RESPONSES)
+    landed = {name: after[name] - before[name] for name in after}
+    assert sum(landed.values()) == len(FOLLOW_UPS) and min(landed.values()) >= 1, landed  # both replicas
+
+
+def test_store_down_is_a_503_for_stored_responses_only(fleet, store) -> None:
+    """Redis gone: a stored Responses request is a 503 store_unavailable (logged) before any
+    generation, a store: false one and chat are served. Runs after the chain test: it leaves Redis down."""
+    replicas, gateway = fleet
+    api, model = client(gateway), replicas["a"].model_name
+    store.stop()
+    generated = served(replicas, GENERATED)
+    with pytest.raises(openai.APIStatusError) as refused:
+        api.responses.create(model=model, input="Hi", max_output_tokens=2)  # the gateway adds store: true
+    assert refused.value.status_code == 503 and refused.value.body["code"] == "store_unavailable", refused.value
+    assert served(replicas, GENERATED) == generated  # refused before any generation
+    direct = openai.OpenAI(base_url=f"{replicas['b'].base_url}/v1", api_key="unused", max_retries=0, timeout=300)
+    assert direct.responses.create(model=model, input="Hi", max_output_tokens=2, store=False).status in (
+        "completed",
+        "incomplete",
+    )
+    assert ask(gateway, model, "Be brief.", "Hi?").choices[0].finish_reason in ("length", "stop")
+    assert any("response store (Redis) unavailable" in r.log_tail(400) for r in replicas.values())
 
 
 def test_drained_replica_finishes_in_flight_and_the_rest_are_served(fleet) -> None:
