@@ -33,7 +33,9 @@ def test_twin_modules_exist() -> None:
 def test_under_twin(module: Path) -> None:
     cmd = [sys.executable, "-m", "pytest", str(module.relative_to(ROOT)), "-q", "-p", "no:cacheprovider"]
     cmd += ["-o", "python_files=twin_*.py", "-rA"]
-    proc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, ENV: "1"}, capture_output=True, text=True, timeout=900)
+    # SGLang's defaults: no SGLANG_* / ASCEND_* switch of this process (e.g. SGLANG_USE_CPU_ENGINE) reaches the child
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SGLANG_", "ASCEND_"))}
+    proc = subprocess.run(cmd, cwd=ROOT, env={**env, ENV: "1"}, capture_output=True, text=True, timeout=900)
     print(proc.stdout[-6000:])
     assert proc.returncode == 0, (
         f"{module.name} under the twin: exit {proc.returncode}\n{proc.stdout[-12000:]}\n{proc.stderr[-4000:]}"

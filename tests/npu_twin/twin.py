@@ -28,6 +28,7 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import os
 import sys
 import types
 from typing import Any
@@ -195,6 +196,8 @@ def install() -> None:
         raise RuntimeError(
             "the torch_npu twin must be installed before sglang is imported (is_npu() is read at import)"
         )
+    if os.environ.get("SGLANG_USE_CPU_ENGINE") == "1":
+        raise RuntimeError("SGLANG_USE_CPU_ENGINE=1 selects SGLang's CPU platform: unset it for the torch_npu twin")
     from tests.npu_twin.ops import OPS
 
     torch.utils.rename_privateuse1_backend("npu")
