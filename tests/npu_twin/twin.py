@@ -184,10 +184,6 @@ def _torchair() -> None:
 _INSTALLED: dict[str, Any] = {}
 
 
-def installed() -> bool:
-    return bool(_INSTALLED)
-
-
 def install() -> None:
     """Install the twin in this process (idempotent); refuses once sglang is imported."""
     if _INSTALLED:
