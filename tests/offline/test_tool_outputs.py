@@ -7,6 +7,7 @@ that fails while writing (a file-size limit: what a full disk does) leaves no --
 from __future__ import annotations
 
 import hashlib
+import json
 import resource
 import shutil
 import subprocess
@@ -109,3 +110,20 @@ def test_an_export_failing_while_it_writes_leaves_no_out(model, tmp_path):
     )
     assert run.returncode != 0 and ("File too large" in run.stderr or "EFBIG" in run.stderr), run.stderr[-2000:]
     assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_a_scan_writes_its_three_files_at_once_and_needs_overwrite_to_replace_them(model, tmp_path):
+    text = tmp_path / "text.txt"
+    text.write_text("It is a truth universally acknowledged that a single man must be in want of a wife. " * 8)
+    out = tmp_path / "scan" / "sensitive_layers.json"
+    scan = ["quant", "scan", "--model", str(model), "--text", str(text), "--tokens", "32", "--out", str(out)]
+    result = CliRunner().invoke(app, scan)
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in out.parent.iterdir()) == [f"sensitive_layers.{s}" for s in ("json", "md", "png")]
+    assert json.loads(out.read_text())["layers"] and out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
+    before = digest(out.parent)
+    refused(CliRunner().invoke(app, scan), "the file exists; pass --overwrite")
+    assert digest(out.parent) == before
+    result = CliRunner().invoke(app, [*scan, "--overwrite"])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in out.parent.iterdir()) == [f"sensitive_layers.{s}" for s in ("json", "md", "png")]
