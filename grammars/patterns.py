@@ -14,8 +14,10 @@ matches in time linear in the text, and bounds each compiled program (``MAX_MEM`
 - ``\\p{Letter}``, ``\\p{General_Category=Nd}``, ``\\p{Script=Greek}``: RE2's short names;
 - ``\\d``, ``\\w``, ``\\b`` are ASCII in both; ``$`` matches only at the very end in both.
 What RE2 cannot run in linear time — backreferences (``\\1``, ``\\k<n>``), lookahead and
-lookbehind, ``[]`` / ``[^]`` — raises ``PatternError``: the policy refuses such a pattern at
-request time (``UncheckablePatternError``, a 400 naming it), so it is never matched.
+lookbehind, ``[]`` / ``[^]``, counted repetitions above 1000, programs above ``MAX_MEM`` —
+raises ``PatternError``: the policy refuses such a pattern at request time
+(``UncheckablePatternError``, a 400 naming it), so it is never matched. A text that is no regex
+at all (``PatternError.syntax``) is left to the grammar compiler, which names its syntax error.
 """
 
 from __future__ import annotations
@@ -38,6 +40,17 @@ _CACHE: BoundedCache[str, Any] = BoundedCache(
 budget, so at most 32 live."""
 _SPACE = r"\t\n\x{0B}\f\r \x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000}\x{FEFF}"
 _DOT = r"[^\n\r\x{2028}\x{2029}]"
+_SYNTAX_ERRORS = (
+    "missing )",
+    "missing ]",
+    "unexpected )",
+    "trailing \\",
+    "no argument for repetition operator",
+    "bad repetition operator",
+    "invalid character class range",
+)
+"""RE2's errors for a text that is no regex in ECMA-262 either (its other errors name constructs
+RE2 does not run)."""
 _LOOKAROUNDS = ("(?=", "(?!", "(?<=", "(?<!")
 _CATEGORIES = {
     "Letter": "L", "Uppercase_Letter": "Lu", "Lowercase_Letter": "Ll", "Titlecase_Letter": "Lt",
@@ -50,7 +63,12 @@ _HEX = frozenset("0123456789abcdefABCDEF")
 
 
 class PatternError(ValueError):
-    """A pattern RE2 cannot run (a construct outside linear-time matching, or too large)."""
+    """A pattern RE2 cannot run: a construct outside linear-time matching, too large, or
+    (``syntax``) no regex at all."""
+
+    def __init__(self, message: str, *, syntax: bool = False) -> None:
+        super().__init__(message)
+        self.syntax = syntax
 
 
 def compile_pattern(pattern: str) -> Any:
@@ -69,7 +87,7 @@ def compile_pattern(pattern: str) -> Any:
     try:
         compiled = re2._Regexp(to_re2(pattern), options)  # not re2.compile: its own cache is unbounded in bytes
     except (re2.error, PatternError) as exc:
-        error = exc if isinstance(exc, PatternError) else PatternError(_reason(exc))
+        error = exc if isinstance(exc, PatternError) else _error(exc)
         _CACHE.put(pattern, error)
         raise error from None
     _CACHE.put(pattern, compiled)
@@ -90,6 +108,8 @@ def check_patterns(schema: Any) -> None:
             try:
                 compile_pattern(pattern)
             except PatternError as exc:
+                if exc.syntax:
+                    continue  # no regex in any dialect: the grammar compiler names the error (GrammarCompileError)
                 raise UncheckablePatternError(
                     f"the {keyword} regex {pattern[:200]!r} at {node.pointer or '/'} cannot be matched by the "
                     f"server's linear-time regex engine (RE2): {exc}",
@@ -103,10 +123,10 @@ def search(pattern: str, text: str) -> bool:
     return compile_pattern(pattern).search(text) is not None
 
 
-def _reason(exc: Exception) -> str:
+def _error(exc: Exception) -> PatternError:
     detail = exc.args[0] if exc.args else ""
     text = detail.decode(errors="replace") if isinstance(detail, bytes) else str(detail)
-    return f"RE2 cannot compile it ({text})" if text else "RE2 cannot compile it"
+    return PatternError(f"RE2 cannot compile it ({text})", syntax=text.startswith(_SYNTAX_ERRORS))
 
 
 def to_re2(pattern: str) -> str:

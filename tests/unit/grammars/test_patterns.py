@@ -98,7 +98,8 @@ def test_a_catastrophic_pattern_is_linear():
         (r"^(?=a)\w+$", "lookahead"),
         (r"(?<!a)b", "lookahead"),
         (r"^[]$", "`[]`"),
-        (r"^\p{L}{1,1000}$", "too large"),
+        (r"^.{1,5000}$", "repetition"),
+        (r"^.{1,1000}.{1,1000}.{1,1000}$", "too large"),
     ],
 )
 def test_what_re2_cannot_run_is_refused_by_the_policy(pattern, why):
@@ -122,3 +123,9 @@ def test_the_policy_checks_declared_names_against_patterns_in_linear_time():
     checked = check_schema(schema, allow_loosening=True)
     assert [u.keyword for u in checked.loosened] == ["patternProperties"]  # "aaaa" clashes
     assert time.perf_counter() - began < 1.0
+
+
+def test_a_text_that_is_no_regex_is_left_to_the_grammar_compiler():
+    """(It names the syntax error: ``GrammarCompileError``, tests/grammars/test_compile_check_cli.py.)"""
+    schema = {"type": "object", "properties": {"s": {"type": "string", "pattern": "^(a|b$"}}}
+    assert check_schema(schema).schema == schema
