@@ -15,6 +15,18 @@ AROUND hooks on SGLang's own ``XGrammarGrammarBackend``:
 - ``dispatch_ebnf``: a text that starts with ``%llguidance {}`` (``LARK_HEADER``) becomes a
   ``GuidanceGrammar`` (``grammar_from("lark", …)``); any other text is xgrammar EBNF, as before.
 
+**Fallback.** The service sends each Lark grammar with the xgrammar form of the same constraint
+on its second line (``with_fallback``: the JSON schema or structural tag it would otherwise have
+sent). When llguidance cannot serve it — its backend could not be built for this tokenizer
+(reason ``build``, logged once when the build fails) or this grammar does not compile in it
+(``compile``) — that form goes to SGLang's own xgrammar dispatch instead: the request is served,
+the fallback logged and counted (``GrammarStats.fallbacks``, ``structserve_grammar_fallbacks_total``
+on /metrics). When xgrammar refuses it as well SGLang aborts the request with xgrammar's message
+(the service answers 400 naming the field); when no xgrammar form came with the grammar or
+xgrammar raised, with a message starting ``ENGINE_FAULT`` (the service answers 500
+``grammar_engine_error``). The xgrammar form is compiled here, in the scheduler, under SGLang's
+grammar wait bound, not ahead of the engine as the service compiles xgrammar constraints.
+
 Both libraries fill SGLang's packed int32 bitmask (-1 = every token allowed, one bit per token,
 ``ceil(vocab/32)`` words per row), and SGLang fills each row through its own grammar object
 (``BaseGrammarObject.fill_vocab_mask_batched``), so a batch may mix them. SGLang's cache, its
@@ -38,6 +50,30 @@ LARK_HEADER = "%llguidance {}\n"
 """First line of every grammar ``grammars.llguidance_lark`` builds: llguidance's own marker, and
 how ``dispatch_ebnf`` tells an llguidance grammar from xgrammar EBNF."""
 _GUIDANCE = "_structserve_guidance"
+FALLBACK_LINE = "// xgrammar fallback: "
+"""Starts the second line of a routed grammar: a Lark comment holding the xgrammar form."""
+ENGINE_FAULT = "grammar engine fault"
+"""Starts the abort message of a grammar neither library could serve for a server-side reason."""
+_XGRAMMAR_KINDS = ("json_schema", "structural_tag")
+
+
+def with_fallback(lark: str, kind: str, value: str) -> str:
+    """``lark`` (it starts with ``LARK_HEADER``) carrying ``value``, the ``json_schema`` or
+    ``structural_tag`` text xgrammar would compile for the same constraint, on its second line.
+    ``value`` is JSON text: a line break in it can only be whitespace, so it becomes a space."""
+    if kind not in _XGRAMMAR_KINDS or not lark.startswith(LARK_HEADER):
+        raise ValueError(f"no xgrammar fallback for {kind!r}")
+    flat = value.replace("\r", " ").replace("\n", " ")
+    return f"{LARK_HEADER}{FALLBACK_LINE}{kind} {flat}\n{lark[len(LARK_HEADER) :]}"
+
+
+def split_fallback(text: str) -> tuple[str, tuple[str, str] | None]:
+    """``text`` without its fallback line, and the fallback's ``(kind, value)`` (None: none)."""
+    first, _, rest = text[len(LARK_HEADER) :].partition("\n")
+    if not text.startswith(LARK_HEADER + FALLBACK_LINE):
+        return text, None
+    kind, _, value = first.removeprefix(FALLBACK_LINE).partition(" ")
+    return LARK_HEADER + rest, (kind, value)
 
 
 def _build_guidance(tokenizer: Any, vocab_size: int, eos: Any) -> Any:
@@ -93,17 +129,34 @@ def only_eos(vocab_mask: Any, row: int, eos_tokens: Any) -> None:
         vocab_mask[row, token // 32] |= bit - (1 << 32) if bit >= 1 << 31 else bit
 
 
-def _guidance_grammar(guidance: Any, serialized: str) -> Any:
-    """SGLang's ``GuidanceBackend._from_serialized`` with the contained grammar class."""
-    from sglang.srt.constrained.base_grammar_backend import InvalidGrammarObject
+def _guidance_grammar(backend: Any, lark: str) -> tuple[Any, str | None]:
+    """SGLang's ``GuidanceBackend._from_serialized`` with the contained grammar class: the
+    grammar and None, or None and why llguidance cannot serve it (``build: …``, ``compile: …``)."""
+    from llguidance import grammar_from
 
     try:
+        guidance = getattr(backend, _GUIDANCE).result()
+    except Exception as exc:  # noqa: BLE001 - logged when the build failed (_log_build)
+        return None, f"build: {type(exc).__name__}: {exc}"
+    try:
         grammar = guidance.grammar_class(
-            llguidance_tokenizer=guidance.llguidance_tokenizer, serialized_grammar=serialized
+            llguidance_tokenizer=guidance.llguidance_tokenizer, serialized_grammar=grammar_from("lark", lark)
         )
-    except Exception as exc:  # noqa: BLE001 - SGLang aborts the request with this message
-        return InvalidGrammarObject(str(exc))
-    return InvalidGrammarObject(grammar.ll_matcher.get_error()) if grammar.failed else grammar
+    except Exception as exc:  # noqa: BLE001 - any llguidance failure: xgrammar serves the constraint
+        return None, f"compile: {type(exc).__name__}: {exc}"
+    if grammar.failed:
+        return None, f"compile: {grammar.ll_matcher.get_error()}"
+    return grammar, None
+
+
+def _log_build(future: Future) -> None:
+    if (exc := future.exception()) is not None:
+        logger.error(
+            "llguidance could not be built for this tokenizer (%s: %s); grammars routed to llguidance "
+            'are served by xgrammar (structserve_grammar_fallbacks_total{reason="build"})',
+            type(exc).__name__,
+            str(exc)[:300],
+        )
 
 
 def _init(
@@ -112,6 +165,7 @@ def _init(
     original(backend, tokenizer, vocab_size, model_eos_token_ids, **kw)
     eos = model_eos_token_ids
     future: Future = backend.executor.submit(_build_guidance, tokenizer, vocab_size, eos)
+    future.add_done_callback(_log_build)
     setattr(backend, _GUIDANCE, future)
 
 
@@ -122,19 +176,32 @@ def _dispatcher(stats: GrammarStats) -> Any:
             result = original(backend, key_string)
             stats.observe("xgrammar", time.perf_counter() - started)
             return result
-        from llguidance import grammar_from
-        from sglang.srt.constrained.base_grammar_backend import InvalidGrammarObject
-
-        try:
-            guidance = getattr(backend, _GUIDANCE).result()
-            serialized = grammar_from("lark", key_string)
-        except Exception as exc:  # noqa: BLE001 - SGLang aborts the request with this message
-            return InvalidGrammarObject(f"llguidance: {exc}")
-        result = _guidance_grammar(guidance, serialized)
-        stats.observe("llguidance", time.perf_counter() - started)
-        return result
+        lark, fallback = split_fallback(key_string)
+        grammar, failure = _guidance_grammar(backend, lark)
+        if failure is None:
+            stats.observe("llguidance", time.perf_counter() - started)
+            return grammar
+        return _fall_back(backend, fallback, failure, stats)
 
     return dispatch_ebnf
+
+
+def _fall_back(backend: Any, fallback: tuple[str, str] | None, failure: str, stats: GrammarStats) -> Any:
+    """The xgrammar grammar for the routed constraint llguidance could not serve (``failure``)."""
+    from sglang.srt.constrained.base_grammar_backend import InvalidGrammarObject
+
+    reason = failure.partition(":")[0]
+    if fallback is None or fallback[0] not in _XGRAMMAR_KINDS:
+        logger.error("llguidance cannot serve a grammar that carries no xgrammar form (%s)", failure[:300])
+        return InvalidGrammarObject(f"{ENGINE_FAULT}: llguidance {reason} failed and no xgrammar form was sent")
+    kind, value = fallback
+    logger.warning("llguidance %s failed (%s); serving this %s with xgrammar", reason, failure[:300], kind)
+    stats.fallback(reason)
+    try:  # SGLang's own (hooked, counted) dispatch, as for a constraint the service sends to xgrammar
+        return backend.dispatch_json(value) if kind == "json_schema" else backend.dispatch_structural_tag(value)
+    except Exception as exc:  # noqa: BLE001 - SGLang's dispatch returns its errors; this is a fault
+        logger.exception("xgrammar raised on the fallback of an llguidance grammar")
+        return InvalidGrammarObject(f"{ENGINE_FAULT}: xgrammar raised {type(exc).__name__}")
 
 
 def _counted(stats: GrammarStats) -> Any:

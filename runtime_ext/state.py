@@ -97,17 +97,23 @@ class AttentionStats:
 @dataclass
 class GrammarStats:
     """Grammars SGLang's grammar backend built in this scheduler, per library (each one a
-    tokenizer-bound compile; SGLang's cache hits are not counted), and the seconds they took."""
+    tokenizer-bound compile; SGLang's cache hits are not counted), the seconds they took, and
+    the llguidance grammars served by xgrammar instead, per reason (``runtime_ext.grammar_route``)."""
 
     compiles: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    fallbacks: dict[str, int] = field(default_factory=dict)
 
     def observe(self, library: str, seconds: float) -> None:
         self.compiles[library] = self.compiles.get(library, 0) + 1
         self.seconds[library] = self.seconds.get(library, 0.0) + seconds
 
+    def fallback(self, reason: str) -> None:
+        self.fallbacks[reason] = self.fallbacks.get(reason, 0) + 1
+
     def report(self) -> dict:
-        return {"compiles": dict(self.compiles), "seconds": {k: round(v, 6) for k, v in self.seconds.items()}}
+        seconds = {k: round(v, 6) for k, v in self.seconds.items()}
+        return {"compiles": dict(self.compiles), "seconds": seconds, "fallbacks": dict(self.fallbacks)}
 
 
 QUEUE_TIME_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)

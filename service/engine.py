@@ -16,6 +16,7 @@ from typing import Any, AsyncIterator
 
 from fastapi import HTTPException
 
+from runtime_ext.grammar_route import ENGINE_FAULT
 from runtime_ext.kv_cache import fault as kv_fault
 from runtime_ext.plugin import INTERNAL_STATE_KEY
 from service.engine_args import EngineOptions, prepare_process_env
@@ -241,7 +242,8 @@ def _abort_error(message: str, status: int | None, plan: GenerationPlan) -> Serv
     """An engine abort as a typed error. A grammar failure is logged and answered without
     SGLang's text: 400 naming the constraint's field when the engine could not compile
     or prepare the grammar (status 400), else a generic 500 (a grammar the service
-    checked ahead still failed while decoding: the server's fault)."""
+    checked ahead still failed while decoding, or neither grammar library could serve it for a
+    server-side reason: ``ENGINE_FAULT``, the server's fault)."""
     if message.startswith(kv_fault.PREFIX):
         return NumericalFaultError(message.removeprefix(kv_fault.PREFIX).strip())
     if message.startswith(DEATH):
@@ -252,7 +254,7 @@ def _abort_error(message: str, status: int | None, plan: GenerationPlan) -> Serv
         return EngineError(f"the engine aborted the request: {message}")
     log.error("engine-side grammar failure (status %s): %s", status, message)
     param = plan.constraint.param if plan.constraint is not None else None
-    if status == 400 and param is not None:
+    if status == 400 and param is not None and ENGINE_FAULT not in message:
         return InvalidRequestError(
             f"the grammar engine could not compile the constraint built from '{param}' (a "
             "compile error or timeout); simplify that schema",

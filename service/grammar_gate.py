@@ -12,20 +12,28 @@ exactly (``grammars/llguidance_route.py``) skips that compile: it is translated 
 here (no tokenizer, tens of ms) and built once, lazily, in the scheduler. llguidance works
 under its own per-step limits (``LLParserLimits``), and a limit hit mid-generation ends that
 request (``runtime_ext/grammar_route.py``), so no unbounded compile runs in the scheduler.
+The Lark grammar carries the constraint's xgrammar form (``with_fallback``): if llguidance
+cannot build or compile it in the scheduler, xgrammar serves it there. If llguidance fails here,
+while checking the grammar, the constraint takes the xgrammar path below. Both are counted in
+``structserve_grammar_fallbacks_total``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import replace
 from pathlib import Path
 
 from grammars.compile import CompileStats
 from grammars.errors import CompilerBusyError, GrammarError
 from grammars.xgrammar_calls import VocabFacts
+from runtime_ext.grammar_route import with_fallback
 from service.errors import CompilerBusyServiceError
-from service.metrics import GRAMMAR_CACHE, GRAMMAR_COMPILE_SECONDS
+from service.metrics import GRAMMAR_CACHE, GRAMMAR_COMPILE_SECONDS, GRAMMAR_FALLBACKS
 from service.types import DecodeConstraint
+
+log = logging.getLogger(__name__)
 
 
 class GrammarService:
@@ -57,11 +65,10 @@ class GrammarService:
         SGLang compiles it once, lazily); anything else is compiled here first (xgrammar).
         Raises grammars.errors.GrammarError subclasses (mapped to 400 by the API), or
         ``CompilerBusyServiceError`` (503) when the machine is too busy to compile in time."""
-        if self._router is not None:
-            lark = await asyncio.to_thread(self._router.route, constraint.kind, constraint.value)
-            if lark is not None:
-                GRAMMAR_CACHE.labels(kind="llguidance_lark", result="routed").inc()
-                return replace(constraint, kind="ebnf", value=lark)
+        lark = await self._routed(constraint)
+        if lark is not None:
+            GRAMMAR_CACHE.labels(kind="llguidance_lark", result="routed").inc()
+            return replace(constraint, kind="ebnf", value=with_fallback(lark, constraint.kind, constraint.value))
         try:
             stats = await self._compiled(constraint)
         except CompilerBusyError as exc:
@@ -70,6 +77,18 @@ class GrammarService:
         if not stats.cache_hit:
             GRAMMAR_COMPILE_SECONDS.labels(kind=constraint.kind).observe(stats.seconds)
         return constraint
+
+    async def _routed(self, constraint: DecodeConstraint) -> str | None:
+        """The Lark grammar to send instead of ``constraint``, or None (xgrammar serves it)."""
+        if self._router is None:
+            return None
+        try:
+            return await asyncio.to_thread(self._router.route, constraint.kind, constraint.value)
+        except Exception as exc:  # noqa: BLE001 - llguidance itself failed, not the grammar: xgrammar serves it
+            log.warning("llguidance failed checking a %s (%s: %s); xgrammar serves it", constraint.kind,
+                        type(exc).__name__, str(exc)[:300])  # fmt: skip
+            GRAMMAR_FALLBACKS.service["check"] += 1
+            return None
 
     async def _compiled(self, constraint: DecodeConstraint) -> CompileStats:
         try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 
 REGISTRY = CollectorRegistry()
 REQUESTS = Counter("structserve_requests", "HTTP requests by route and status", ["route", "status"], registry=REGISTRY)
@@ -210,6 +210,34 @@ class SchedulerQueueTime:
 
 SCHEDULER_QUEUE = SchedulerQueueTime()
 REGISTRY.register(SCHEDULER_QUEUE)
+
+
+class GrammarFallbacks:
+    """Collector: grammars routed to llguidance and served by xgrammar, by reason: ``build`` (the
+    scheduler's llguidance backend could not be built), ``compile`` (the grammar did not compile
+    in llguidance there), both as the plugin last reported them, and ``check`` (llguidance failed
+    in the service's grammar gate)."""
+
+    REASONS = ("build", "compile", "check")
+
+    def __init__(self) -> None:
+        self.scheduler: dict[str, int] = {}
+        self.service: dict[str, int] = dict.fromkeys(self.REASONS, 0)
+
+    def collect(self) -> Any:
+        family = CounterMetricFamily(
+            "structserve_grammar_fallbacks",
+            "Grammars llguidance could not serve, served by xgrammar instead (reason: build, compile, check)",
+            labels=["from", "to", "reason"],
+        )
+        for reason in self.REASONS:
+            count = self.scheduler.get(reason, 0) + self.service.get(reason, 0)
+            family.add_metric(["llguidance", "xgrammar", reason], count)
+        yield family
+
+
+GRAMMAR_FALLBACKS = GrammarFallbacks()
+REGISTRY.register(GRAMMAR_FALLBACKS)
 GRAMMAR_COMPILE_SECONDS = Histogram(
     "structserve_grammar_compile_seconds",
     "Grammar compile time (cache misses)",

@@ -82,30 +82,34 @@ def _allowed(bitmask: Any, token: int) -> bool:
     return bool((int(bitmask[0, token // 32]) >> (token % 32)) & 1)
 
 
-def grammar_text(instance: Any, schema: Any) -> str:
+def grammar_text(instance: Any, schema: Any, *, const_separators: tuple[str, str] = (",", ":")) -> str:
     """``instance`` serialized the way xgrammar emits it for ``schema`` (pass the
     compiled one: ``json.loads(CheckedSchema.canonical)``) with ``any_whitespace=False``:
     ``", "`` / ``": "`` separators; object members in the declared ``properties`` order
     (others after, in instance order); a value under ``const``/``enum`` as the equal
-    schema value, compact; integral floats as integers where the schema says
-    ``integer``; ``anyOf``/``oneOf`` take the first branch the instance validates
-    against (jsonschema). Best effort for invalid instances; never raises for JSON."""
-    return _emit(instance, schema, schema)
+    schema value, compact (llguidance writes it with ``const_separators=(", ", ": ")``);
+    integral floats as integers where the schema says ``integer``; ``anyOf``/``oneOf`` take
+    the first branch the instance validates against (jsonschema). Best effort for invalid
+    instances; never raises for JSON."""
+    return _emit(instance, schema, schema, const_separators)
 
 
-def _emit(value: Any, node: Any, root: Any) -> str:
+def _emit(value: Any, node: Any, root: Any, seps: tuple[str, str] = (",", ":")) -> str:
     node = _select(value, deref(node, root), root)
     if not isinstance(node, dict):
         node = {}
     if "const" in node or "enum" in node:
         options = [node["const"]] if "const" in node else node.get("enum") or []
-        return _compact(next((o for o in options if json_equal(o, value)), value))
+        return _compact(next((o for o in options if json_equal(o, value)), value), seps)
     if isinstance(value, dict):
-        parts = [f"{_dump(k)}: {_emit(value[k], _member_schema(node, k), root)}" for k in _member_order(node, value)]
+        order = _member_order(node, value)
+        parts = [f"{_dump(k)}: {_emit(value[k], _member_schema(node, k), root, seps)}" for k in order]
         return "{" + ", ".join(parts) + "}"
     if isinstance(value, list):
         prefix = node.get("prefixItems") if isinstance(node.get("prefixItems"), list) else []
-        items = [_emit(v, prefix[i] if i < len(prefix) else node.get("items", {}), root) for i, v in enumerate(value)]
+        items = [
+            _emit(v, prefix[i] if i < len(prefix) else node.get("items", {}), root, seps) for i, v in enumerate(value)
+        ]
         return "[" + ", ".join(items) + "]"
     types = node.get("type")
     integer_only = types == "integer" or (isinstance(types, list) and "integer" in types and "number" not in types)
@@ -114,13 +118,14 @@ def _emit(value: Any, node: Any, root: Any) -> str:
     return _dump(value)
 
 
-def _compact(value: Any) -> str:
+def _compact(value: Any, seps: tuple[str, str] = (",", ":")) -> str:
     """How xgrammar writes a const/enum value: compact, integral floats as integers,
     other floats with 17 significant digits."""
+    item, key = seps
     if isinstance(value, dict):
-        return "{" + ",".join(f"{_dump(k)}:{_compact(v)}" for k, v in value.items()) + "}"
+        return "{" + item.join(f"{_dump(k)}{key}{_compact(v, seps)}" for k, v in value.items()) + "}"
     if isinstance(value, list):
-        return "[" + ",".join(_compact(v) for v in value) + "]"
+        return "[" + item.join(_compact(v, seps) for v in value) + "]"
     if isinstance(value, float):
         return str(int(value)) if value.is_integer() else format(value, ".17g")
     return _dump(value)

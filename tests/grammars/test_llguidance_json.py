@@ -8,6 +8,8 @@ the translation emits it (a ``%json`` element, bounded whitespace) with SmolLM2'
 - no invalid instance of the suite is accepted (soundness, as for xgrammar);
 - no instance xgrammar refuses is accepted (the routed grammar never loosens what the
   service served before);
+- every instance the policy accepts (valid under the schema as served: strict mode written
+  out) or xgrammar accepts is accepted (the routed grammar never narrows it either);
 - every valid example of the test corpus is accepted.
 """
 
@@ -21,7 +23,8 @@ import pytest
 
 from grammars.errors import GrammarError
 from grammars.json_schema import check_schema
-from grammars.llguidance_lark import NotExpressible, json_schema_to_lark, structural_tag_to_lark
+from grammars.llguidance_lark import NotExpressible, json_schema_to_lark, strict_schema, structural_tag_to_lark
+from grammars.validation import LinearValidator
 from grammars.xgrammar_calls import compile_text, load_compiler
 from tools.grammar_check import grammar_text, walk_tokens
 
@@ -63,26 +66,37 @@ def smollm2() -> tuple[Any, Any, Guidance]:
 
 
 def _routed(schema: Any, build: Any = _lark) -> tuple[dict[str, Any], str] | None:
-    """(the policy's schema, its Lark grammar) when the service would route it, else None."""
+    """(the schema as the service sends it, its Lark grammar) when the service would route it,
+    else None: a ``response_format`` schema as its canonical text (``LarkRouter`` translates
+    that), tool arguments as the checked schema (``ToolSpec.parameters``)."""
     from llguidance import LLMatcher
 
     try:
         checked = check_schema(schema)
-        lark = build(checked.schema)
+        served = json.loads(checked.canonical) if build is json_schema_to_lark else checked.schema
+        lark = build(served)
     except (GrammarError, NotExpressible):
         return None
     is_error, messages = LLMatcher.validate_grammar_with_warnings(LLMatcher.grammar_from_lark(lark))
-    return None if is_error or messages else (json.loads(checked.canonical), lark)
+    return None if is_error or messages else (served, lark)
+
+
+SPACED = (", ", ": ")
+"""How llguidance writes a const/enum object or array (xgrammar: compact)."""
 
 
 @pytest.mark.parametrize("build", [_lark, json_schema_to_lark], ids=["tool_arguments", "response_format"])
-def test_suite_instances_llguidance_accepts_are_valid_and_accepted_by_xgrammar(smollm2, build):
-    """``response_format``: SGLang's exact JSON text (", " and ": " only), as xgrammar with
-    ``any_whitespace=False`` emits it; tool arguments: bounded whitespace."""
+def test_suite_instances_llguidance_and_the_policy_agree(smollm2, build):
+    """Both directions, over every routed suite schema and instance. ``response_format``: SGLang's
+    exact JSON text (", " and ": " only), as xgrammar with ``any_whitespace=False`` emits it;
+    tool arguments: bounded whitespace.
+    - llguidance accepts: the instance is valid and xgrammar accepts it too;
+    - the policy accepts (valid under the schema as served, ``strict_schema``: strict mode written
+      out), or xgrammar accepts: llguidance accepts it too."""
     from assets import schema_suite_dir
 
     tokenizer, compiler, guidance = smollm2
-    routed = 0
+    routed = promised = 0
     failures: list[str] = []
     for path in sorted(schema_suite_dir().glob("*.json")):
         for case in json.loads(path.read_text()):
@@ -95,15 +109,25 @@ def test_suite_instances_llguidance_accepts_are_valid_and_accepted_by_xgrammar(s
                 compiled = compile_text(compiler, "json_schema", json.dumps(schema))
             except RuntimeError:
                 compiled = None
+            served = LinearValidator(strict_schema(schema))
             for test in case["tests"]:
-                text = grammar_text(test["data"], schema)
-                if not guidance.accepts(lark, text):
-                    continue
-                if not test["valid"]:
-                    failures.append(f"unsound: {path.name}: {case['description']}: {test['description']}")
-                elif compiled is not None and not walk_tokens(compiled, tokenizer, text).accepted:
-                    failures.append(f"looser than xgrammar: {path.name}: {case['description']}: {text}")
+                where = f"{path.name}: {case['description']}: {test['description']}"
+                text = grammar_text(test["data"], schema, const_separators=SPACED)
+                by_llguidance = guidance.accepts(lark, text)
+                xgrammar_text = grammar_text(test["data"], schema)
+                by_xgrammar = compiled is not None and walk_tokens(compiled, tokenizer, xgrammar_text).accepted
+                by_policy = test["valid"] and served.is_valid(test["data"])
+                promised += by_policy
+                if by_llguidance and not test["valid"]:
+                    failures.append(f"unsound: {where}")
+                elif by_llguidance and compiled is not None and not by_xgrammar:
+                    failures.append(f"looser than xgrammar: {where}: {text}")
+                elif not by_llguidance and (by_policy or by_xgrammar):
+                    failures.append(
+                        f"refuses what the {'policy' if by_policy else 'xgrammar'} accepts: {where}: {text}"
+                    )
     assert routed >= 40, routed  # the comparison covers a real share of the suite
+    assert promised >= 100, promised  # and of its valid instances
     assert not failures, failures
 
 

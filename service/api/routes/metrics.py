@@ -58,6 +58,7 @@ def _plugin_gauges(report: dict) -> None:
         )
     for library, count in report.get("grammar", {}).get("compiles", {}).items():
         m.ENGINE_GRAMMARS.labels(library=library).set(count)
+    m.GRAMMAR_FALLBACKS.scheduler = dict(report.get("grammar", {}).get("fallbacks", {}))
     for state in ("quantized", "kept"):
         m.QUANT_LAYERS.labels(state=state).set(report.get("quant", {}).get(state, 0))
     for path in ("int8", "copy", "standby", "standby_rows"):

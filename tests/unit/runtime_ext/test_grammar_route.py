@@ -14,6 +14,8 @@ from runtime_ext.state import GrammarStats
 
 LARK = grammar_route.LARK_HEADER + 'start: "yes" | "no"\n'
 EBNF = 'root ::= "maybe"'
+BROKEN_LARK = grammar_route.LARK_HEADER + "start: nonsense_rule\n"  # llguidance cannot compile it
+BOOLEAN = '{"type": "boolean"}'
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +31,20 @@ def backend():
     built = XGrammarGrammarBackend.__new__(XGrammarGrammarBackend)
     grammar_route._init(XGrammarGrammarBackend.__init__, built, tokenizer, vocab, [tokenizer.eos_token_id])
     return built, tokenizer, vocab
+
+
+@pytest.fixture(scope="module")
+def unbuildable(backend):
+    """A backend whose llguidance build fails for real: the model's vocab is 10 tokens short of
+    its tokenizer's (llguidance: "vocab size too small"; xgrammar serves such a model)."""
+    from sglang.srt.constrained.xgrammar_backend import XGrammarGrammarBackend
+
+    _, tokenizer, vocab = backend
+    built = XGrammarGrammarBackend.__new__(XGrammarGrammarBackend)
+    grammar_route._init(XGrammarGrammarBackend.__init__, built, tokenizer, vocab - 10, [tokenizer.eos_token_id])
+    with pytest.raises(ValueError, match="vocab size too small"):
+        getattr(built, grammar_route._GUIDANCE).result()
+    return built
 
 
 def _dispatch(backend, text: str, stats: GrammarStats):
@@ -90,3 +106,65 @@ def test_a_matcher_error_ends_the_request_instead_of_raising_in_the_scheduler(ba
     grammar.accept_token(allowed[0])
     assert grammar.finished
     assert not template.failed and type(grammar) is type(template)  # the template stays healthy
+
+
+def test_the_xgrammar_form_rides_along_as_the_second_line():
+    value = '{"type": "object",\n "properties": {"a": {"type": "string"}}}'
+    text = grammar_route.with_fallback(LARK, "json_schema", value)
+    assert text.startswith(grammar_route.LARK_HEADER + grammar_route.FALLBACK_LINE)
+    lark, fallback = grammar_route.split_fallback(text)
+    assert lark == LARK and fallback == ("json_schema", value.replace("\n", " "))
+    assert json.loads(fallback[1]) == json.loads(value)
+    assert grammar_route.split_fallback(LARK) == (LARK, None)
+    with pytest.raises(ValueError):
+        grammar_route.with_fallback(LARK, "regex", "a+")
+
+
+def test_a_grammar_with_its_fallback_still_goes_to_llguidance(backend):
+    from sglang.srt.constrained.llguidance_backend import GuidanceGrammar
+
+    built, _, _ = backend
+    stats = GrammarStats()
+    assert isinstance(
+        _dispatch(built, grammar_route.with_fallback(LARK, "json_schema", BOOLEAN), stats), GuidanceGrammar
+    )
+    assert stats.compiles == {"llguidance": 1} and stats.fallbacks == {}
+
+
+def test_a_grammar_llguidance_cannot_compile_is_served_by_xgrammar(backend):
+    from sglang.srt.constrained.xgrammar_backend import XGrammarGrammar
+
+    built, tokenizer, vocab = backend
+    stats = GrammarStats()
+    grammar = _dispatch(built, grammar_route.with_fallback(BROKEN_LARK, "json_schema", BOOLEAN), stats)
+    assert isinstance(grammar, XGrammarGrammar)
+    assert stats.fallbacks == {"compile": 1} and "llguidance" not in stats.compiles
+    mask = grammar.allocate_vocab_mask(vocab, 1, "cpu")
+    grammar.fill_vocab_mask(mask, 0)
+    assert _allowed(mask, 0, tokenizer, ["true", "false", "yes"]) == [True, True, False]  # the JSON schema's
+
+
+def test_without_an_llguidance_backend_every_routed_grammar_is_served_by_xgrammar(unbuildable):
+    from sglang.srt.constrained.xgrammar_backend import XGrammarGrammar
+
+    stats = GrammarStats()
+    tag = json.dumps({"type": "structural_tag", "format": {"type": "const_string", "value": "yes"}})
+    assert isinstance(
+        _dispatch(unbuildable, grammar_route.with_fallback(LARK, "json_schema", BOOLEAN), stats), XGrammarGrammar
+    )
+    assert isinstance(
+        _dispatch(unbuildable, grammar_route.with_fallback(LARK, "structural_tag", tag), stats), XGrammarGrammar
+    )
+    assert stats.fallbacks == {"build": 2} and "llguidance" not in stats.compiles
+
+
+def test_when_both_libraries_fail_the_request_is_refused(backend):
+    """xgrammar refuses the fallback as well: SGLang aborts with xgrammar's message (the service
+    answers 400 naming the field); no xgrammar form at all: an ``ENGINE_FAULT`` (the service's 500)."""
+    built, _, _ = backend
+    stats = GrammarStats()
+    refused = _dispatch(built, grammar_route.with_fallback(BROKEN_LARK, "json_schema", "{not json"), stats)
+    assert type(refused).__name__ == "InvalidGrammarObject" and grammar_route.ENGINE_FAULT not in refused.error_message
+    bare = _dispatch(built, BROKEN_LARK, stats)
+    assert type(bare).__name__ == "InvalidGrammarObject" and bare.error_message.startswith(grammar_route.ENGINE_FAULT)
+    assert stats.fallbacks == {"compile": 1}

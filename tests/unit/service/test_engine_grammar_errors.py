@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 
+from runtime_ext.grammar_route import ENGINE_FAULT
 from service.engine import _abort_error, _finish_reason
 from service.errors import EngineError, InvalidRequestError
 from service.types import DecodeConstraint, GenerationPlan, SamplingOptions
@@ -79,6 +80,17 @@ def test_a_grammar_failure_without_a_client_constraint_is_the_servers() -> None:
     err = _abort_error(COMPILE_FAILED["message"], 400, GenerationPlan((1,), 4, SamplingOptions()))
     assert (type(err), err.status, err.code) == (EngineError, 500, "grammar_engine_error")
     assert _clean(err.message)
+
+
+def test_a_grammar_neither_library_could_serve_for_a_server_reason_is_a_500() -> None:
+    """runtime_ext.grammar_route: llguidance failed and no xgrammar form came with the grammar (or
+    xgrammar raised): SGLang's usual 400 abort, but the server's fault, and no internals leak."""
+    message = f"Failed to compile ebnf grammar: {ENGINE_FAULT}: llguidance build failed and no xgrammar form was sent"
+    with pytest.raises(EngineError) as info:
+        _finish_reason({"finish_reason": {"type": "abort", "status_code": 400, "message": message}}, PLAN)
+    err = info.value
+    assert (err.status, err.code, err.param) == (500, "grammar_engine_error", None)
+    assert _clean(err.message) and "llguidance" not in err.message and ENGINE_FAULT not in err.message
 
 
 def test_other_aborts_keep_their_text() -> None:
