@@ -54,7 +54,9 @@ class KeyRing:
             return None
         scheme, _, token = (authorization or "").partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
-            raise AuthenticationError("missing API key: send the header 'Authorization: Bearer <key>'")
+            raise AuthenticationError(
+                "missing API key: send the header 'Authorization: Bearer <key>' (or 'x-api-key: <key>')"
+            )
         given = token.strip().encode()
         for index, key in enumerate(self.keys):  # constant-time per key
             if hmac.compare_digest(given, key):

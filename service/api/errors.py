@@ -1,5 +1,7 @@
 """The one place errors become HTTP: every error leaves as the OpenAI envelope
-``{"error": {"message", "type", "param", "code"}}``."""
+``{"error": {"message", "type", "param", "code"}}``, except on Anthropic's routes
+(``/v1/messages``…), where it leaves as Anthropic's ``{"type": "error", "error": {"type",
+"message"}}`` with the field path leading the message."""
 
 from __future__ import annotations
 
@@ -22,6 +24,39 @@ def error_body(message: str, type_: str, param: str | None, code: str | None) ->
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
 
 
+ANTHROPIC_ROUTES = ("/v1/messages",)  # and everything under it
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+}
+# the discriminator values pydantic puts in ``loc`` (Anthropic's block / choice types): not fields
+_ANTHROPIC_TAGS = frozenset({"text", "tool_use", "tool_result", "thinking", "auto", "any", "tool", "none"})
+_ANTHROPIC_TAGS |= {"enabled", "disabled"}
+
+
+def is_anthropic(path: str | None) -> bool:
+    return path is not None and any(path == r or path.startswith(r + "/") for r in ANTHROPIC_ROUTES)
+
+
+def anthropic_body(status: int, body: dict[str, Any]) -> dict[str, Any]:
+    """The OpenAI envelope ``body`` as Anthropic's: the type by status, the param in the message."""
+    error = body["error"]
+    type_ = _ANTHROPIC_TYPES.get(status) or ("api_error" if status >= 500 else "invalid_request_error")
+    message, param = error["message"], error.get("param")
+    if param and param not in message:
+        message = f"{param}: {message}"
+    return {"type": "error", "error": {"type": type_, "message": message}}
+
+
+def _enveloped(status: int, body: dict[str, Any], path: str | None) -> dict[str, Any]:
+    return anthropic_body(status, body) if is_anthropic(path) else body
+
+
 def _status_and_type(exc: ClientError) -> tuple[int, str]:
     """The HTTP status and envelope ``type`` of a client error: a service error carries its
     own; a grammar error (the pure grammar layer knows no HTTP) is a 400."""
@@ -38,8 +73,9 @@ def _response(status: int, body: dict[str, Any], headers: dict[str, str] | None 
     return JSONResponse(status_code=status, content=body, headers=headers)
 
 
-def error_response(exc: ClientError) -> JSONResponse:
-    """A typed error as its HTTP response (also used by the ASGI gate, outside FastAPI)."""
+def error_response(exc: ClientError, path: str | None = None) -> JSONResponse:
+    """A typed error as its HTTP response (also used by the ASGI gate, outside FastAPI);
+    ``path`` chooses the envelope."""
     status = _status_and_type(exc)[0]
     if status >= 500 and status != 503:
         log.error("server error: %s", exc.message)
@@ -47,7 +83,7 @@ def error_response(exc: ClientError) -> JSONResponse:
     headers = {"Retry-After": str(retry)} if retry is not None else None
     if status == 401:
         headers = {"WWW-Authenticate": "Bearer"}
-    return _response(status, client_error_body(exc), headers)
+    return _response(status, _enveloped(status, client_error_body(exc), path), headers)
 
 
 # pydantic names the union member it tried in ``loc`` ("literal['a','b']", "NamedToolChoice",
@@ -67,13 +103,15 @@ _TYPE_HINTS = {
 }
 
 
-def _validation_body(exc: RequestValidationError) -> dict[str, Any]:
+def _validation_body(exc: RequestValidationError, anthropic: bool = False) -> dict[str, Any]:
     """Translate pydantic's first complaint into one message that says what to change."""
     errors = exc.errors()
     if not errors:
         return error_body("invalid request", "invalid_request_error", None, "invalid_request")
     first = errors[0]
     loc = [str(p) for p in first.get("loc", ()) if p != "body" and not _UNION_TAG.search(str(p))]
+    if anthropic:
+        loc = [p for p in loc if p not in _ANTHROPIC_TAGS]
     param = ".".join(loc) or None
     kind = first.get("type", "")
     if kind == "json_invalid":
@@ -101,15 +139,16 @@ def _validation_body(exc: RequestValidationError) -> dict[str, Any]:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ServiceError)
     @app.exception_handler(GrammarError)
-    async def _client(_: Request, exc: ClientError) -> JSONResponse:
-        return error_response(exc)
+    async def _client(request: Request, exc: ClientError) -> JSONResponse:
+        return error_response(exc, request.url.path)
 
     @app.exception_handler(RequestValidationError)
-    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return _response(400, _validation_body(exc))
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        path = request.url.path
+        return _response(400, _enveloped(400, _validation_body(exc, is_anthropic(path)), path))
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         type_ = "invalid_request_error" if exc.status_code < 500 else "server_error"
         message, code = str(exc.detail), str(exc.status_code)
         if message == "There was an error parsing the body":  # FastAPI's text, e.g. RecursionError
@@ -120,10 +159,11 @@ def install_error_handlers(app: FastAPI) -> None:
             code = "invalid_json"
         if exc.status_code == 404:
             message = "no such route; see /docs for the API (e.g. POST /v1/chat/completions)"
-        return _response(exc.status_code, error_body(message, type_, None, code), headers=getattr(exc, "headers", None))
+        body = _enveloped(exc.status_code, error_body(message, type_, None, code), request.url.path)
+        return _response(exc.status_code, body, headers=getattr(exc, "headers", None))
 
     @app.exception_handler(Exception)
-    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error")
         body = error_body(f"internal server error ({type(exc).__name__})", "server_error", None, "internal_error")
-        return _response(500, body)
+        return _response(500, _enveloped(500, body, request.url.path))

@@ -28,7 +28,7 @@ from service.logs import REQUEST_ID
 log = logging.getLogger("structserve.access")
 _SANE_ID = re.compile(r"^[\w.:@/+=-]{1,128}$")
 OWNER = "api_key_owner"  # request.state key: KeyRing.owner of the request's API key
-ADMITTED = ("/v1/chat/completions", "/v1/completions", "/v1/responses")
+ADMITTED = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages")
 
 
 def _header(scope: dict, name: bytes) -> str | None:
@@ -94,7 +94,7 @@ class Gate:
             await self.app(scope, receive, send)
             return
         try:
-            key = self.keys.check(_header(scope, b"authorization"))
+            key = self.keys.check(_credentials(scope))
             scope.setdefault("state", {})[OWNER] = self.keys.owner(key)  # request.state: stored-object owner
             receive = await self._bounded_body(scope, receive)
             if self.bucket is not None:
@@ -107,7 +107,7 @@ class Gate:
                 await self.admission.acquire()
                 m.SERVICE_QUEUE_SECONDS.observe(time.monotonic() - queued_at)
         except ServiceError as exc:
-            await error_response(exc)(scope, receive, send)
+            await error_response(exc, scope["path"])(scope, receive, send)
             return
         try:
             await self.app(scope, receive, send)
@@ -134,6 +134,14 @@ class Gate:
             if size > self.max_body:
                 raise too_large
         return _replay([{"type": "http.request", "body": b"".join(chunks), "more_body": False}], receive)
+
+
+def _credentials(scope: dict) -> str | None:
+    """The ``Authorization`` header; else Anthropic's ``x-api-key`` as the same bearer key."""
+    given = _header(scope, b"authorization")
+    if given is None and (key := _header(scope, b"x-api-key")) is not None:
+        return f"Bearer {key}"
+    return given
 
 
 def _replay(messages: list[dict], receive: Any) -> Any:

@@ -70,6 +70,10 @@ class ChatPipeline:
             plan = replace(plan, constraint=await self.grammar.ensure_compiles(constraint))
         return PreparedChat(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), request, plan)
 
+    def prompt_ids(self, raw: ChatCompletionRequest) -> tuple[int, ...]:
+        """The prompt's token ids (the validate and prompt stages only; nothing is generated)."""
+        return build_prompt(validate_request(raw, self.limits, self.formats), self.template).token_ids
+
     def output(self, chat: PreparedChat) -> ChoiceOutput:
         r = chat.request.reasoning  # a thinking turn's output opens in the reasoning block
         setup = r.setup if r is not None and chat.plan.reasoning is not None else None

@@ -1,0 +1,172 @@
+"""A finished ``ChatCompletion`` (one choice) -> an Anthropic ``Message``; streamed
+``ChatCompletionChunk``s -> Anthropic's stream events.
+
+Content order: a ``thinking`` block (the reasoning), a ``text`` block (when there is text),
+then one ``tool_use`` block per call (ids ``toolu_<hex>``, ``input`` the parsed arguments).
+The stream opens a block when the deltas switch kind and closes it when the next opens or at
+the end, so the SDK's accumulated message equals the non-streamed one:
+
+    message_start, ping, per block: content_block_start, content_block_delta…, content_block_stop,
+    message_delta (stop_reason, stop_sequence, usage), message_stop
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from service.protocol.anthropic import Message, MessageUsage, OutputBlock, OutText, OutThinking, OutToolUse, StopReason
+from service.protocol.openai import ChatCompletion, ChatCompletionChunk, DeltaToolCall, ToolCall, Usage
+
+_STOP: dict[str, StopReason] = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
+Kind = Literal["thinking", "text", "tool_use"]
+
+
+def tool_use_id(call_id: str) -> str:
+    """The ``toolu_`` id of a chat call id (``call_<hex>`` -> ``toolu_<hex>``)."""
+    return "toolu_" + call_id.removeprefix("call_")
+
+
+def usage_of(usage: Usage | None) -> MessageUsage:
+    if usage is None:
+        return MessageUsage(input_tokens=0, output_tokens=0)
+    cached = (usage.prompt_tokens_details or {}).get("cached_tokens", 0)
+    return MessageUsage(
+        input_tokens=usage.prompt_tokens, output_tokens=usage.completion_tokens, cache_read_input_tokens=cached
+    )
+
+
+def stop_of(finish_reason: str | None, stop_sequence: str | None) -> StopReason | None:
+    if finish_reason == "stop" and stop_sequence is not None:
+        return "stop_sequence"
+    return _STOP.get(finish_reason or "", "end_turn" if finish_reason else None)
+
+
+def parse_input(arguments: str) -> dict[str, Any]:
+    """The ``input`` object of a call's arguments ({} for a call cut short by max_tokens)."""
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def new_message_id() -> str:
+    return f"msg_{uuid.uuid4().hex}"
+
+
+def from_completion(completion: ChatCompletion, message_id: str, stop_sequence: str | None = None) -> Message:
+    choice = completion.choices[0]
+    message = choice.message
+    content: list[OutputBlock] = []
+    if message.reasoning_content:
+        content.append(OutThinking(thinking=message.reasoning_content))
+    if message.content:
+        content.append(OutText(text=message.content))
+    for call in message.tool_calls or ():
+        assert isinstance(call, ToolCall)  # Messages tools are function tools
+        content.append(
+            OutToolUse(id=tool_use_id(call.id), name=call.function.name, input=parse_input(call.function.arguments))
+        )
+    return Message(
+        id=message_id,
+        model=completion.model,
+        content=content,
+        stop_reason=stop_of(choice.finish_reason, stop_sequence),
+        stop_sequence=stop_sequence if choice.finish_reason == "stop" else None,
+        usage=usage_of(completion.usage),
+    )
+
+
+@dataclass
+class _Block:
+    kind: Kind
+    index: int
+    call_index: int | None = None
+
+
+@dataclass
+class MessageEventStream:
+    """Chunks in, Anthropic event payloads (dicts with ``type``) out."""
+
+    message_id: str
+    model: str
+    _open: _Block | None = None
+    _count: int = 0
+    _finish: str | None = None
+    _usage: Usage | None = None
+    _calls: set[int] = field(default_factory=set)
+
+    def start(self) -> list[dict[str, Any]]:
+        skeleton = Message(
+            id=self.message_id, model=self.model, content=[], stop_reason=None, usage=usage_of(None)
+        ).model_dump()
+        return [{"type": "message_start", "message": skeleton}, {"type": "ping"}]
+
+    def feed(self, chunk: ChatCompletionChunk) -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = []
+        self.model = chunk.model
+        if chunk.usage is not None:
+            self._usage = chunk.usage
+        for choice in chunk.choices:  # one choice (n is 1)
+            delta = choice.delta
+            if reasoning := delta.reasoning_content or delta.reasoning:
+                events += self._delta("thinking", {"type": "thinking_delta", "thinking": reasoning})
+            if delta.content:
+                events += self._delta("text", {"type": "text_delta", "text": delta.content})
+            for call in delta.tool_calls or ():
+                events += self._call(call)
+            if choice.finish_reason is not None:
+                self._finish = choice.finish_reason
+        return events
+
+    def finish(self, stop_sequence: str | None = None) -> list[dict[str, Any]]:
+        usage = usage_of(self._usage)
+        delta = {
+            "stop_reason": stop_of(self._finish, stop_sequence),
+            "stop_sequence": stop_sequence if self._finish == "stop" else None,
+        }
+        return self._close() + [
+            {"type": "message_delta", "delta": delta, "usage": usage.model_dump()},
+            {"type": "message_stop"},
+        ]
+
+    def _begin(self, kind: Kind, block: dict[str, Any], call_index: int | None = None) -> list[dict[str, Any]]:
+        events = self._close()
+        self._open = _Block(kind, self._count, call_index)
+        self._count += 1
+        return events + [{"type": "content_block_start", "index": self._open.index, "content_block": block}]
+
+    def _delta(self, kind: Kind, delta: dict[str, Any]) -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = []
+        if self._open is None or self._open.kind != kind:
+            empty = OutThinking(thinking="") if kind == "thinking" else OutText(text="")
+            events = self._begin(kind, empty.model_dump())
+        assert self._open is not None
+        return events + [{"type": "content_block_delta", "index": self._open.index, "delta": delta}]
+
+    def _call(self, call: DeltaToolCall) -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = []
+        name = call.function.name if call.function else None
+        if call.index not in self._calls:
+            self._calls.add(call.index)
+            if not call.id or not name:
+                raise ValueError(f"tool call {call.index} began without an id and a name")
+            block = OutToolUse(id=tool_use_id(call.id), name=name, input={}).model_dump()
+            events = self._begin("tool_use", block, call.index)
+        assert self._open is not None
+        fragment = (call.function.arguments if call.function else None) or ""
+        if fragment:
+            delta = {"type": "input_json_delta", "partial_json": fragment}
+            events.append({"type": "content_block_delta", "index": self._open.index, "delta": delta})
+        return events
+
+    def _close(self) -> list[dict[str, Any]]:
+        block, self._open = self._open, None
+        return [] if block is None else [{"type": "content_block_stop", "index": block.index}]
+
+
+def error_event(type_: str, message: str) -> dict[str, Any]:
+    return {"type": "error", "error": {"type": type_, "message": message}}
