@@ -41,9 +41,11 @@ class _Entry(BaseModel):
     conversation: list[InputItem]
 
 
-def encode(response: Response, conversation: tuple[InputItem, ...]) -> bytes:
-    """An entry as stored: one JSON document (its length is what the byte bounds count)."""
-    return _Entry(response=response, conversation=list(conversation)).model_dump_json().encode()
+def encode(response: Response, inputs: tuple[InputItem, ...]) -> bytes:
+    """An entry as stored: one JSON document (its length is what the byte bounds count); its
+    conversation is the request chain's inputs, then the response's output items."""
+    conversation: list[InputItem] = [*inputs, *response.output]
+    return _Entry(response=response, conversation=conversation).model_dump_json().encode()
 
 
 def decode(data: bytes) -> StoredResponse:
@@ -66,8 +68,9 @@ class ResponseStore(Protocol):
     async def check(self) -> None:
         """Raises ``StoreUnavailableError`` when the store cannot be reached (before generating)."""
 
-    async def put(self, owner: str, response: Response, conversation: tuple[InputItem, ...]) -> bool:
-        """Stores the entry under (owner, response.id); False when it is not stored (too large)."""
+    async def put(self, owner: str, response: Response, inputs: tuple[InputItem, ...]) -> bool:
+        """Stores the entry (the response; its conversation: ``inputs``, then its output) under
+        (owner, response.id); False when it is not stored (too large, or the store is full)."""
 
     async def get(self, owner: str, response_id: str, param: str | None, code: str) -> StoredResponse:
         """The owner's entry, or ``not_found(response_id, param, code)``."""
@@ -90,8 +93,8 @@ class MemoryResponseStore:
     async def check(self) -> None:
         return None
 
-    async def put(self, owner: str, response: Response, conversation: tuple[InputItem, ...]) -> bool:
-        data = encode(response, conversation)
+    async def put(self, owner: str, response: Response, inputs: tuple[InputItem, ...]) -> bool:
+        data = encode(response, inputs)
         if len(data) > self.max_entry_bytes:
             return False
         self._drop((owner, response.id))

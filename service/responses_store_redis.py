@@ -49,8 +49,8 @@ class RedisResponseStore:
         async with _available("check"):
             await self._redis.ping()
 
-    async def put(self, owner: str, response: Response, conversation: tuple[InputItem, ...]) -> bool:
-        data = encode(response, conversation)
+    async def put(self, owner: str, response: Response, inputs: tuple[InputItem, ...]) -> bool:
+        data = encode(response, inputs)
         if len(data) > self.max_entry_bytes:
             return False
         try:

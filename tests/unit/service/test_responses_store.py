@@ -23,10 +23,11 @@ KINDS = ("memory", "redis")
 
 
 def response(text: str = "hello there") -> tuple[Response, tuple]:
+    """A response and the inputs of its request chain."""
     rid = f"resp_{uuid.uuid4().hex}"
     out = ResponseOutputMessage(id=f"msg_{uuid.uuid4().hex}", status="completed", content=[OutputText(text=text)])
     made = Response(id=rid, created_at=int(time.time()), status="completed", model="m", output=[out], store=True)
-    return made, (MessageItem(role="user", content="hi"), out)
+    return made, (MessageItem(role="user", content="hi"),)
 
 
 def make_store(kind: str, redis_url: str | None, **bounds: int) -> ResponseStore:
@@ -61,7 +62,8 @@ def test_an_entry_belongs_to_its_owner(kind, redis_server):
         assert await store.put(owner_a, made, conversation)
         got = await store.get(owner_a, made.id, None, "response_not_found")
         assert got.response.model_dump() == made.model_dump()
-        assert [i.model_dump() for i in got.conversation] == [i.model_dump() for i in conversation]
+        expected = [*conversation, *made.output]  # the chain's inputs, then this response's output
+        assert [i.model_dump() for i in got.conversation] == [i.model_dump() for i in expected]
         # another owner: the very refusal an unknown id gets (no existence oracle)
         theirs = await refusal(store.get(owner_b, made.id, "previous_response_id", "previous_response_not_found"))
         unknown = await refusal(store.get(owner_b, "resp_x", "previous_response_id", "previous_response_not_found"))
