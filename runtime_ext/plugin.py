@@ -128,7 +128,7 @@ def register() -> None:
         return
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    from runtime_ext import grammar_route
+    from runtime_ext import grammar_cache, grammar_route
     from runtime_ext.admission import sglang_adder as admission
     from runtime_ext.attention import native
     from runtime_ext.config import RuntimeExtConfig
@@ -144,6 +144,7 @@ def register() -> None:
     min_p_seed.register(HookRegistry, HookType)  # min_p with the seeds above (else an assertion)
     grammar_token_sync.register(HookRegistry, HookType)  # no all-reduce of grammar tokens on one rank
     grammar_route.register(HookRegistry, HookType, state.grammar)  # %llguidance grammars to llguidance
+    grammar_cache.register(HookRegistry, HookType)  # SGLang's and xgrammar's grammar caches bounded
     kv_hooks.register(HookRegistry, HookType, state.kv_cache)  # kv_cache_dtype="c8_dynamic"
     native.register(state.attention)  # torch_native attention: new queries only, gathered KV rows, batched decode
     quant_methods.register(HookRegistry, HookType, state.quant)  # quantization="structserve_w8a8_dynamic" etc.
