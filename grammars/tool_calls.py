@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Literal, Mapping, Sequence
 
 from grammars.pythonic import pythonic_arguments, pythonic_free_text
+from grammars.xml_calls import xml_arguments
 from runtime_ext.formats import CallStyle, ToolFormat, call_frame, get_format, group_frame
 
 Mode = Literal["auto", "required", "named"]
@@ -97,7 +98,18 @@ def _json(schema: Mapping[str, Any], json_grammar: JsonGrammar | None) -> dict[s
     return {"type": "json_schema", "json_schema": schema, "max_whitespace_cnt": JSON_WHITESPACE_LIMIT}
 
 
+def _xml_tag(fmt: ToolFormat, tool: ToolSpec, json_grammar: JsonGrammar | None) -> dict[str, Any]:
+    """One XML_PARAMS call (``grammars.xml_calls``); no arguments: at most one whitespace."""
+    if tool.arguments_ebnf is not None:
+        raise ToolConstraintError(f"tool {tool.name!r}: a grammar for the arguments needs a JSON call format")
+    arguments = xml_arguments(fmt, tool.name, tool.parameters, lambda s: _json(s, json_grammar))
+    content = _seq(*arguments) if arguments else _ws(1)
+    return {"type": "tag", "begin": fmt.call_start + tool.name + fmt.name_end, "content": content, "end": fmt.call_end}
+
+
 def _tags(fmt: ToolFormat, tools: Sequence[ToolSpec], json_grammar: JsonGrammar | None) -> list[dict[str, Any]]:
+    if fmt.style is CallStyle.XML_PARAMS:
+        return [_xml_tag(fmt, tool, json_grammar) for tool in tools]
     tags = []
     for tool in tools:
         if fmt.style is CallStyle.PYTHONIC:
@@ -158,6 +170,16 @@ def _tagged_auto(fmt: ToolFormat, tags: list[dict[str, Any]], parallel: bool) ->
     return {"type": "triggered_tags", "triggers": [start], "tags": [group], "stop_after_first": True}
 
 
+def _xml_auto(fmt: ToolFormat, tags: list[dict[str, Any]], parallel: bool) -> dict[str, Any]:
+    """XML_PARAMS auto: like TAGGED auto; the group's end closes the last call."""
+    start, end = fmt.call_start, fmt.call_end
+    bodies = [_seq({"type": "const_string", "value": t["begin"][len(start) :]}, t["content"]) for t in tags]
+    closed = [_seq({"type": "const_string", "value": t["begin"]}, t["content"]) for t in tags]
+    more = _seq({"type": "const_string", "value": end}, _separator(fmt), _one_of(closed))
+    group = {"type": "tag", "begin": start, "content": _repeated(_one_of(bodies), more, parallel), "end": end}
+    return {"type": "triggered_tags", "triggers": [start], "tags": [group], "stop_after_first": True}
+
+
 def _free_text(fmt: ToolFormat) -> dict[str, Any]:
     """Text that the parser never reads as a call (formats whose calls have no marker)."""
     if fmt.style is CallStyle.PYTHONIC:
@@ -178,6 +200,8 @@ def _format(
         body = {"type": "triggered_tags", "triggers": [fmt.opener], "tags": [calls], "stop_after_first": True}
     elif fmt.style is CallStyle.TAGGED:
         body = _tagged_auto(fmt, tags, parallel)
+    elif fmt.style is CallStyle.XML_PARAMS:
+        body = _xml_auto(fmt, tags, parallel)
     else:
         return {"type": "or", "elements": [_seq(calls, _ws()), _free_text(fmt)]}
     return _seq(body, _ws())
@@ -218,7 +242,8 @@ def tool_call_constraint(
 
     Raises :class:`ToolConstraintError` for bad input and, for pythonic,
     :class:`grammars.pythonic.PythonicSchemaError` for a tool name or schema outside
-    what Python keyword arguments can carry (``pointer`` locates it).
+    what Python keyword arguments can carry (``pointer`` locates it); for the XML
+    formats, :class:`grammars.xml_calls.XmlSchemaError` likewise.
     Deterministic: equal inputs give equal strings (SGLang caches by the string).
     """
     fmt = get_format(fmt)

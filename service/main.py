@@ -78,7 +78,8 @@ def _kv_pool(report: dict | None) -> tuple[int, int] | None:
 def _formats(settings: Settings, template: HFChatTemplate) -> tuple[ModelFormats, ReasoningPolicy | None]:
     """The model's tool-call and reasoning formats; raises (a startup error) when the
     config names an unknown one or its markers are not tokens of this tokenizer."""
-    tools = select_format(settings.tool_format, template.model_type, template.renders_tools)
+    chat_template = template.tokenizer.chat_template
+    tools = select_format(settings.tool_format, template.model_type, template.renders_tools, chat_template)
     r = settings.reasoning
     fmt = select_reasoning_format(r.format, template.model_type, r.start, r.end)
     setup = ReasoningSetup.build(fmt, template.encode) if fmt is not None else None

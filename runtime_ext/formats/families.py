@@ -29,9 +29,11 @@ from runtime_ext.formats.tool_formats import (
     DEEPSEEK_V3,
     FORMAT_NAMES,
     GENERIC,
+    GLM45,
     LLAMA3,
     MISTRAL,
     QWEN,
+    QWEN3_CODER,
     get_format,
 )
 
@@ -52,12 +54,16 @@ class ModelFamily:
     tool_format: the format of calls when the chat template renders tools (a
         template that does not gets ``generic``, taught in the system prompt).
     reasoning: the think-block format under ``reasoning.format: auto`` (None: none).
+    template_markers: texts whose presence (all of them) in the chat template selects
+        this family's tool format whatever the ``model_type`` (Qwen3-Coder shares
+        ``qwen3_moe`` with Qwen3 but its template teaches ``<function=...>``).
     """
 
     name: str
     model_types: tuple[str, ...]
     tool_format: ToolFormat
     reasoning: ReasoningFormat | None = None
+    template_markers: tuple[str, ...] = ()
 
 
 MODEL_FAMILIES: tuple[ModelFamily, ...] = (
@@ -67,6 +73,9 @@ MODEL_FAMILIES: tuple[ModelFamily, ...] = (
     ModelFamily("mistral", ("mistral", "mixtral"), MISTRAL),
     ModelFamily("deepseek_v3", ("deepseek_v3",), DEEPSEEK_V3, DEEPSEEK_R1),
     ModelFamily("deepseek_v32", ("deepseek_v32",), DEEPSEEK_V3),
+    ModelFamily("qwen3_coder", (), QWEN3_CODER, template_markers=("<function=", "<parameter=")),
+    ModelFamily("qwen3_5", ("qwen3_5", "qwen3_5_moe"), QWEN3_CODER, QWEN3),
+    ModelFamily("glm45", ("glm4_moe",), GLM45, QWEN3, template_markers=("<arg_key>", "<arg_value>")),
 )
 
 
@@ -96,13 +105,30 @@ class ToolFormatSelectionError(ValueError):
     """``tool_format: auto`` cannot tell the format; the message says what to set."""
 
 
-def select_format(configured: str, model_type: str | None, template_renders_tools: bool) -> ToolFormat:
+def family_by_template(chat_template: object) -> ModelFamily | None:
+    """The family whose ``template_markers`` all appear in ``chat_template`` (a string)."""
+    if not isinstance(chat_template, str):
+        return None
+    for family in MODEL_FAMILIES:
+        if family.template_markers and all(m in chat_template for m in family.template_markers):
+            return family
+    return None
+
+
+def select_format(
+    configured: str, model_type: str | None, template_renders_tools: bool, chat_template: object = None
+) -> ToolFormat:
     """The format to serve with. ``configured``: ``auto`` or a registered name
-    (raises ``UnknownFormatError`` for others)."""
+    (raises ``UnknownFormatError`` for others). Under ``auto``, a template that renders
+    tools is matched by its markers first (``ModelFamily.template_markers``), then by
+    ``model_type``."""
     if configured != AUTO:
         return get_format(configured)
     if not template_renders_tools:
         return GENERIC
+    by_template = family_by_template(chat_template)
+    if by_template is not None:
+        return by_template.tool_format
     name = TOOL_FORMAT_BY_MODEL_TYPE.get(model_type or "")
     if name is None:
         raise ToolFormatSelectionError(

@@ -65,7 +65,8 @@ def render_tools_prompt(
     tool without a function name. Deterministic: same input, same text.
     """
     functions = [_function(tool) for tool in tools]
-    placeholder = _PLACEHOLDER_ARGS if fmt.style is not CallStyle.PYTHONIC else '{"ARGUMENT": "VALUE"}'
+    json_args = fmt.style not in (CallStyle.PYTHONIC, CallStyle.XML_PARAMS)
+    placeholder = _PLACEHOLDER_ARGS if json_args else '{"ARGUMENT": "VALUE"}'
     example = render_call(fmt, "FUNCTION_NAME", placeholder)
     lines = ["You can call these functions:"]
     lines += [_tool_line(function) for function in functions]

@@ -48,9 +48,24 @@ def python_literal(value: Any) -> str:
     raise TypeError(f"not a JSON value: {type(value).__name__}")
 
 
+def xml_value(value: Any) -> str:
+    """An XML_PARAMS argument value as written: a string raw, anything else compact JSON."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _xml_pieces(fmt: ToolFormat, name: str, arguments: str) -> tuple[str, str, str, str]:
+    params = json.loads(arguments)
+    args = "".join(f"{fmt.key_start}{k}{fmt.key_end}{xml_value(v)}{fmt.value_end}" for k, v in params.items())
+    closing = fmt.call_end.split()[0]
+    at = fmt.call_end.index(closing) + len(closing)
+    return fmt.call_start + name + fmt.name_end, args, fmt.call_end[:at], fmt.call_end[at:]
+
+
 def _pieces(fmt: ToolFormat, name: str, arguments: str) -> tuple[str, str, str, str]:
     """(head, args, tail_to_end, trailer): one call; ``end`` is after tail_to_end."""
     item, key = fmt.json_separators
+    if fmt.style is CallStyle.XML_PARAMS:
+        return _xml_pieces(fmt, name, arguments)
     if fmt.style is CallStyle.PYTHONIC:
         kwargs = json.loads(arguments)
         args = ", ".join(f"{k}={python_literal(v)}" for k, v in kwargs.items())

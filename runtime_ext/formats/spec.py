@@ -25,6 +25,9 @@ class CallStyle(str, Enum):
       ``section_end`` (deepseek_v3).
     - ``PYTHONIC``: a Python list of calls ``[f(a=1), g()]`` with literal
       keyword arguments.
+    - ``XML_PARAMS``: per call ``call_start NAME name_end``, then per argument
+      ``key_start KEY key_end VALUE value_end``, then ``call_end``; a VALUE is raw
+      text, read as the type its parameter's schema declares (Qwen3-Coder, GLM-4.5).
     """
 
     TAGGED = "tagged"
@@ -32,6 +35,7 @@ class CallStyle(str, Enum):
     JSON_ARRAY = "json_array"
     NAMED_BLOCKS = "named_blocks"
     PYTHONIC = "pythonic"
+    XML_PARAMS = "xml_params"
 
 
 @dataclass(frozen=True)
@@ -58,8 +62,13 @@ class ToolFormat:
             but only at the very start of the output (after whitespace) or right
             after a previous call (real Qwen2.5 emits bare JSON; Llama 3.x emits
             JSON without ``<|python_tag|>``; pythonic lists have no marker).
-        name_end: NAMED_BLOCKS only: text that ends the function name.
+        name_end: NAMED_BLOCKS, XML_PARAMS: text that ends the function name.
         arguments_end: NAMED_BLOCKS only: text after the arguments object.
+        key_start / key_end / value_end: XML_PARAMS only: the text before an
+            argument's name, between its name and its value, and after its value.
+            The parser matches their non-space parts with any whitespace around
+            them, except that a value keeps its own whitespace less one newline
+            at each end.
         json_separators: (item, key) separators of the canonical JSON envelope,
             matching SGLang's JSON with ``constrained_json_disable_any_whitespace``
             (xgrammar ``any_whitespace=False`` writes ``", "`` and ``": "``).
@@ -80,6 +89,9 @@ class ToolFormat:
     bare_calls: bool = False
     name_end: str = ""
     arguments_end: str = ""
+    key_start: str = ""
+    key_end: str = ""
+    value_end: str = ""
     json_separators: tuple[str, str] = (", ", ": ")
     description: str = ""
 

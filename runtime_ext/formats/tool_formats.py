@@ -1,7 +1,10 @@
 """The registered tool-call formats (one frozen ``ToolFormat`` each), their aliases and ``get_format``.
 
 Marker strings were checked against SGLang 0.5.23's detectors
-(``sglang/srt/function_call/{qwen25,llama32,mistral,deepseekv3,pythonic}_detector.py``).
+(``sglang/srt/function_call/{qwen25,llama32,mistral,deepseekv3,pythonic}_detector.py``);
+the XML formats against ``qwen3_coder_detector.py`` and ``glm4_moe_detector.py`` there and
+the official chat templates (llama.cpp ``models/templates/Qwen3-Coder.jinja``,
+``zai-org-GLM-4.5.jinja``).
 """
 
 from __future__ import annotations
@@ -78,11 +81,43 @@ PYTHONIC = ToolFormat(
     description='Python call list at the start of the output: [f(a=1, b="x"), g()]',
 )
 
+QWEN3_CODER = ToolFormat(
+    name="qwen3_coder",
+    style=CallStyle.XML_PARAMS,
+    call_start="<tool_call>\n<function=",
+    call_end="</function>\n</tool_call>",
+    separator="\n",
+    name_end=">\n",
+    key_start="<parameter=",
+    key_end=">\n",
+    value_end="\n</parameter>\n",
+    description="Qwen3-Coder / Qwen3.5 XML: <tool_call><function=NAME><parameter=KEY>VALUE</parameter></function>",
+)
+GLM45 = ToolFormat(
+    name="glm45",
+    style=CallStyle.XML_PARAMS,
+    call_start="<tool_call>",
+    call_end="</tool_call>",
+    separator="\n",
+    name_end="\n",
+    key_start="<arg_key>",
+    key_end="</arg_key>\n<arg_value>",
+    value_end="</arg_value>\n",
+    description="GLM-4.5/4.6/4.7: <tool_call>NAME<arg_key>KEY</arg_key><arg_value>VALUE</arg_value></tool_call>",
+)
+
 _FORMATS: Mapping[str, ToolFormat] = MappingProxyType(
-    {f.name: f for f in (QWEN, LLAMA3, MISTRAL, DEEPSEEK_V3, PYTHONIC, GENERIC)}
+    {f.name: f for f in (QWEN, LLAMA3, MISTRAL, DEEPSEEK_V3, PYTHONIC, GENERIC, QWEN3_CODER, GLM45)}
 )
 _ALIASES: Mapping[str, str] = MappingProxyType(
-    {"hermes": "qwen", "qwen25": "qwen", "qwen3": "qwen", "deepseekv3": "deepseek_v3"}
+    {
+        "hermes": "qwen",
+        "qwen25": "qwen",
+        "qwen3": "qwen",
+        "deepseekv3": "deepseek_v3",
+        "glm4_moe": "glm45",
+        "glm47": "glm45",
+    }
 )
 
 FORMAT_NAMES: tuple[str, ...] = tuple(_FORMATS)

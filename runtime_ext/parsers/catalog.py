@@ -7,7 +7,7 @@ parser kind added here is covered without touching the tests. Pure.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal
@@ -43,12 +43,14 @@ def streaming_parsers(
     tool_names: Collection[str] | None = None,
     in_reasoning: bool = True,
     reasoning_formats: Iterable[ReasoningFormat] = (),
+    tool_schemas: Mapping[str, Mapping[str, Any] | None] | None = None,
 ) -> tuple[ParserEntry, ...]:
     """A parser per registered tool-call format and per reasoning format, built with the
-    options the service passes (``tool_names``; ``in_reasoning``). ``reasoning_formats``:
-    formats to add to the registered ones (e.g. a configured ``generic`` pair)."""
+    options the service passes (``tool_names``; ``in_reasoning``; ``tool_schemas``).
+    ``reasoning_formats``: formats to add to the registered ones (e.g. a configured
+    ``generic`` pair)."""
     tool_formats = [get_format(name) for name in FORMAT_NAMES]
-    entries = [ParserEntry("tool_calls", f, partial(ToolCallParser, f, tool_names)) for f in tool_formats]
+    entries = [ParserEntry("tool_calls", f, partial(ToolCallParser, f, tool_names, tool_schemas)) for f in tool_formats]
     for fmt in (*REASONING_FORMATS.values(), *reasoning_formats):
         entries.append(ParserEntry("reasoning", fmt, partial(ReasoningParser, fmt, in_reasoning)))
     return tuple(entries)

@@ -15,7 +15,7 @@ Content rules (all formats):
 
 from __future__ import annotations
 
-from typing import Callable, Collection, Generator, TypeVar
+from typing import Any, Callable, Collection, Generator, Mapping, TypeVar
 
 from runtime_ext.formats.spec import ToolFormat
 from runtime_ext.parsers.types import ParsedToolCall, ParseEvent, ToolCallDelta
@@ -37,9 +37,15 @@ class Malformed(Exception):
 class Core:
     """Input buffer, read position and output bookkeeping of one parse."""
 
-    def __init__(self, fmt: ToolFormat, tool_names: Collection[str] | None) -> None:
+    def __init__(
+        self,
+        fmt: ToolFormat,
+        tool_names: Collection[str] | None,
+        schemas: Mapping[str, Mapping[str, Any] | None] | None = None,
+    ) -> None:
         self.fmt = fmt
         self.names = None if tool_names is None else frozenset(tool_names)
+        self.schemas = schemas  # tool name -> parameters schema (XML_PARAMS types values by it)
         self.text = ""
         self.pos = 0
         self.eof = False

@@ -33,6 +33,11 @@ def _tool_names(tools: Sequence[Any] | None) -> list[str]:
     return [tool.function.name for tool in tools or () if tool.function.name]
 
 
+def _tool_schemas(tools: Sequence[Any] | None) -> dict[str, Any]:
+    """Each tool's parameters schema (the XML formats type argument values by it)."""
+    return {tool.function.name: tool.function.parameters for tool in tools or () if tool.function.name}
+
+
 def structure_frame(fmt: ToolFormat, name: str) -> tuple[str, str, str]:
     """(begin, end, trigger) of a legacy SGLang structural tag for one call of ``name``."""
     before, after = call_frame(fmt, name)
@@ -59,7 +64,7 @@ def _has_tool_call(fmt: ToolFormat, text: str) -> bool:
 def _non_stream(fmt: ToolFormat, text: str, tools: list, sg: SimpleNamespace) -> Any:
     """SGLang's ``detect_and_parse``: ``tool_index`` is the tool's position in ``tools``."""
     names = _tool_names(tools)
-    result = parse(fmt, text, names)
+    result = parse(fmt, text, names, _tool_schemas(tools))
     index = {name: i for i, name in enumerate(names)}
     calls = [sg.Item(tool_index=index.get(c.name, -1), name=c.name, parameters=c.arguments) for c in result.calls]
     return sg.Result(normal_text=result.content, calls=calls)
@@ -77,6 +82,10 @@ def _streamed(detector: Any, event: ParseEvent, sg: SimpleNamespace) -> Any:
         detector.current_tool_id = delta.index
         items.append(sg.Item(tool_index=delta.index, name=delta.name, parameters=delta.arguments))
     return sg.Result(normal_text=event.content, calls=items)
+
+
+_NO_LEGACY_TAG = (CallStyle.PYTHONIC, CallStyle.XML_PARAMS)
+"""Styles whose arguments are not one JSON object (SGLang's legacy tags cannot hold them)."""
 
 
 def _make_detector_class(fmt: ToolFormat) -> type:
@@ -101,18 +110,18 @@ def _make_detector_class(fmt: ToolFormat) -> type:
 
         def parse_streaming_increment(self, new_text: str, tools: list) -> Any:
             if self._parser is None:
-                self._parser = ToolCallParser(fmt, _tool_names(tools))
+                self._parser = ToolCallParser(fmt, _tool_names(tools), _tool_schemas(tools))
             return _streamed(self, self._parser.feed(new_text), sg)
 
         def finish(self, tools: list) -> Any:
             return sg.Result() if self._parser is None else _streamed(self, self._parser.finish(), sg)
 
         def supports_structural_tag(self) -> bool:
-            return fmt.style is not CallStyle.PYTHONIC
+            return fmt.style not in _NO_LEGACY_TAG
 
         def structure_info(self) -> Any:
-            if fmt.style is CallStyle.PYTHONIC:
-                raise NotImplementedError("pythonic calls have no structural tag")
+            if fmt.style in _NO_LEGACY_TAG:
+                raise NotImplementedError(f"{fmt.name} calls have no legacy structural tag")
             return lambda name: sg.Info(*structure_frame(fmt, name))
 
     StructserveDetector.__name__ = StructserveDetector.__qualname__ = (

@@ -28,7 +28,7 @@ Decisions (the same for every format):
 
 from __future__ import annotations
 
-from typing import Callable, Collection, Generator
+from typing import Any, Callable, Collection, Generator, Mapping
 
 from runtime_ext.formats import CallStyle, ToolFormat, get_format
 from runtime_ext.parsers.core import Core, Malformed, Step, Truncated
@@ -38,6 +38,7 @@ from runtime_ext.parsers.mistral import run_array
 from runtime_ext.parsers.pythonic import run_pythonic
 from runtime_ext.parsers.streaming import parse_whole
 from runtime_ext.parsers.types import ParsedToolCall, ParseEvent, ParseResult, ToolCallDelta
+from runtime_ext.parsers.xml_params import run_xml_params
 
 _RUNNERS: dict[CallStyle, Callable[[Core], Step[None]]] = {
     CallStyle.TAGGED: run_tagged,
@@ -45,6 +46,7 @@ _RUNNERS: dict[CallStyle, Callable[[Core], Step[None]]] = {
     CallStyle.JSON_ARRAY: run_array,
     CallStyle.NAMED_BLOCKS: run_named_blocks,
     CallStyle.PYTHONIC: run_pythonic,
+    CallStyle.XML_PARAMS: run_xml_params,
 }
 
 
@@ -56,12 +58,19 @@ class ToolCallParser:
     """Incremental parser of one model output in format ``fmt``.
 
     ``fmt``: a :class:`ToolFormat` or a registered name. ``tool_names``: the
-    allowed function names (None: any name is accepted).
+    allowed function names (None: any name is accepted). ``tool_schemas``: each
+    tool's ``parameters`` schema, which types the raw argument values of the XML
+    formats (``parsers.xml_params``; other formats write JSON and ignore it).
     """
 
-    def __init__(self, fmt: ToolFormat | str, tool_names: Collection[str] | None = None) -> None:
+    def __init__(
+        self,
+        fmt: ToolFormat | str,
+        tool_names: Collection[str] | None = None,
+        tool_schemas: Mapping[str, Mapping[str, Any] | None] | None = None,
+    ) -> None:
         self.format = get_format(fmt)
-        self._core = Core(self.format, tool_names)
+        self._core = Core(self.format, tool_names, tool_schemas)
         self._steps = self._run(_RUNNERS[self.format.style])
         self._running = True
         self._finished = False
@@ -111,9 +120,14 @@ class ToolCallParser:
         )
 
 
-def parse(fmt: ToolFormat | str, text: str, tool_names: Collection[str] | None = None) -> ParseResult:
+def parse(
+    fmt: ToolFormat | str,
+    text: str,
+    tool_names: Collection[str] | None = None,
+    tool_schemas: Mapping[str, Mapping[str, Any] | None] | None = None,
+) -> ParseResult:
     """Parse a whole output at once (same result as any streaming of ``text``)."""
-    return parse_whole(ToolCallParser(fmt, tool_names), text)
+    return parse_whole(ToolCallParser(fmt, tool_names, tool_schemas), text)
 
 
 __all__ = [

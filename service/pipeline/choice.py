@@ -75,7 +75,11 @@ class ChoiceOutput:
         self.thinking = ReasoningParser(reasoning, in_reasoning=True) if reasoning is not None else None
         self.custom = tools.forced_custom if tools is not None else None  # the answer is its input
         self.tools = tools if tools is not None and tools.mode != "none" and self.custom is None else None
-        self.parser = ToolCallParser(self.tools.format, self.tools.allowed) if self.tools is not None else None
+        self.parser = (
+            ToolCallParser(self.tools.format, self.tools.allowed, {t.name: t.parameters for t in self.tools.tools})
+            if self.tools is not None
+            else None
+        )
         self.content: list[str] = []
         self.calls: dict[int, _Call] = {}
 

@@ -19,6 +19,7 @@ from grammars.json_schema import JSON_OBJECT_SCHEMA, CheckedSchema, check_schema
 from grammars.lark import choice_to_ebnf, is_probably_lark, lark_to_ebnf
 from grammars.pythonic import PythonicSchemaError
 from grammars.tool_calls import ToolSpec, tool_call_constraint
+from grammars.xml_calls import XmlSchemaError
 from service.errors import InvalidRequestError
 from service.types import DecodeConstraint, PatternOutputSpec, ToolDef, ToolRequest, ValidatedRequest
 
@@ -129,7 +130,7 @@ def _tool_constraint(
             parallel=tools.parallel,
             answer_schema=answer[0].schema if answer else None,
         )
-    except PythonicSchemaError as exc:  # the field of the tool it names
+    except (PythonicSchemaError, XmlSchemaError) as exc:  # the field of the tool it names
         index = [tool.name for tool in tools.tools].index(exc.tool)
         raise exc.with_param(f"tools.{index}.function.{exc.field}") from None
     return DecodeConstraint(

@@ -50,6 +50,20 @@ TOOL_TEXTS: dict[str, list[str]] = {
         '[TOOL_CALLS] [{"name": "x", "arguments": {}}, {"name": "f", "arguments": {"a": 1}}]',
     ],
     "deepseek_v3": [DEEPSEEK_CALLS_BEGIN + "\n", DEEPSEEK_CALLS_BEGIN + "<\uff5ctool\u2581ca"],
+    "qwen3_coder": [
+        "<tool_call>\n<function=f>\n<parameter=a>\n7\n</parameter>\n<parameter=q>\n null \n</parameter>\n</function>",
+        '<tool_call>\n<function=f>\n<parameter=o>\n{"s": "</parameter>"}\n</parameter>\n</function>\n</tool_call>',
+        "<tool_call>\n<function=f>\n<parameter=a>\nx</parameter>\n<bogus>\n</function>",
+        "<tool_call><function=g></function></tool_call> <tool_call><function=rm>\n</function></tool_call> tail",
+        "<tool_call>\n<function=f\n<parameter=a>",
+        "<tool_call>\n<function=f>\n<parameter=a>\n1\n</param",
+    ],
+    "glm45": [
+        "<tool_call>f<arg_key>a</arg_key><arg_value>7</arg_value><arg_key>q</arg_key><arg_value>null</arg_value></tool_call>",
+        '<tool_call>f\n<arg_key>o</arg_key>\n<arg_value>[1, "</arg_value>"]</arg_value>\n</tool_call>',
+        "<tool_call>f\n<arg_key>a</arg_key>\n<bogus>\n</tool_call>",
+        "<tool_call>g\n</tool_call><tool_call>rm\n</tool_call> tail <tool_call>",
+    ],
     "pythonic": [
         "[1, 2]",
         "[foo(1)]",
@@ -94,9 +108,13 @@ SAMPLES: dict[str, Callable[[Any], list[str]]] = {"tool_calls": tool_samples, "r
 
 # --- every parser, with the options the service varies ---------------------------------
 GENERIC_REASONING = ReasoningFormat("generic", "[[plan]]", "[[/plan]]")
+SCHEMAS = {"f": {"properties": {"a": {"type": "integer"}, "o": {"type": "object"}, "n": {"type": "array"}}}}
+"""Types for the XML formats' raw values (the other formats ignore them)."""
 VARIANTS = {
     "open": streaming_parsers(reasoning_formats=[GENERIC_REASONING]),
-    "named": streaming_parsers(tool_names=["f", "g"], in_reasoning=False, reasoning_formats=[GENERIC_REASONING]),
+    "named": streaming_parsers(
+        tool_names=["f", "g"], in_reasoning=False, reasoning_formats=[GENERIC_REASONING], tool_schemas=SCHEMAS
+    ),
 }
 CASES = [
     pytest.param(entry, text, id=f"{entry.name}-{variant}-{i}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime_ext.formats import FORMAT_NAMES, get_format, render_calls
+from runtime_ext.formats import FORMAT_NAMES, CallStyle, get_format, render_calls
 from runtime_ext.parsers.sglang_adapter import detector_class, parser_name, register_tool_parsers
 
 protocol = pytest.importorskip("sglang.srt.entrypoints.openai.protocol")
@@ -16,7 +16,8 @@ TOOLS = [
     protocol.Tool(
         type="function",
         function=protocol.Function(
-            name="get_weather", parameters={"type": "object", "properties": {"city": {"type": "string"}}}
+            name="get_weather",
+            parameters={"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}},
         ),
     ),
 ]
@@ -62,7 +63,24 @@ def test_streaming_through_sglang_matches_and_leaves_nothing_to_resend() -> None
     assert [c["arguments"] for c in detector.prev_tool_call_arr] == detector.streamed_args_for_tool
 
 
-@pytest.mark.parametrize("name", [n for n in FORMAT_NAMES if n != "pythonic"])
+JSON_FORMATS = [n for n in FORMAT_NAMES if get_format(n).style not in (CallStyle.PYTHONIC, CallStyle.XML_PARAMS)]
+XML_FORMATS = [n for n in FORMAT_NAMES if get_format(n).style is CallStyle.XML_PARAMS]
+
+
+@pytest.mark.parametrize("name", XML_FORMATS)
+def test_xml_formats_type_values_by_the_tools_schemas_and_offer_no_legacy_tag(name: str) -> None:
+    text = render_calls(get_format(name), [("get_weather", '{"city": "7", "days": 3}')])
+    parser = FunctionCallParser(TOOLS, parser_name(name))
+    assert [(c.name, c.parameters) for c in parser.parse_non_stream(text)[1]] == [
+        ("get_weather", '{"city":"7","days":3}')
+    ]
+    streamed = FunctionCallParser(TOOLS, parser_name(name))
+    items = [item for ch in text for item in streamed.parse_stream_chunk(ch)[1]]
+    assert "".join(item.parameters or "" for item in items) == '{"city":"7","days":3}'
+    assert not parser.detector.supports_structural_tag()
+
+
+@pytest.mark.parametrize("name", JSON_FORMATS)
 def test_every_format_round_trips_and_offers_a_structural_tag(name: str) -> None:
     text = render_calls(get_format(name), [("get_weather", '{"city": "Rome"}')])
     parser = FunctionCallParser(TOOLS, parser_name(name))

@@ -29,7 +29,7 @@ WEATHER = {
 
 
 def test_registry_names_aliases_and_unknown() -> None:
-    assert FORMAT_NAMES == ("qwen", "llama3", "mistral", "deepseek_v3", "pythonic", "generic")
+    assert FORMAT_NAMES == ("qwen", "llama3", "mistral", "deepseek_v3", "pythonic", "generic", "qwen3_coder", "glm45")
     assert get_format("hermes") is get_format("qwen") and get_format(get_format("llama3")).name == "llama3"
     with pytest.raises(UnknownFormatError) as info:
         get_format("chatml")
@@ -72,13 +72,11 @@ def test_canonical_rendering_matches_the_model_families(name: str, expected: str
 @pytest.mark.parametrize("name", FORMAT_NAMES)
 def test_tools_prompt_lists_tools_and_exact_syntax(name: str) -> None:
     fmt = get_format(name)
+    json_args = name not in ("pythonic", "qwen3_coder", "glm45")
     prompt = render_tools_prompt([WEATHER], fmt, "required")
     assert "get_weather: Current weather for a city." in prompt
     assert json.dumps(WEATHER["function"]["parameters"], separators=(",", ":")) in prompt
-    assert (
-        render_call(fmt, "FUNCTION_NAME", '{"ARGUMENT": VALUE}' if name != "pythonic" else '{"ARGUMENT": "VALUE"}')
-        in prompt
-    )
+    assert render_call(fmt, "FUNCTION_NAME", '{"ARGUMENT": VALUE}' if json_args else '{"ARGUMENT": "VALUE"}') in prompt
     assert "must call at least one" in prompt
     assert "must call the function get_weather" in render_tools_prompt([WEATHER], fmt, NamedChoice("get_weather"))
     assert "only when it helps" in render_tools_prompt([WEATHER["function"]], fmt)
