@@ -27,6 +27,7 @@ from runtime_ext.formats.reasoning_formats import (
 from runtime_ext.formats.spec import ToolFormat
 from runtime_ext.formats.tool_formats import (
     DEEPSEEK_V3,
+    DEEPSEEK_V31,
     FORMAT_NAMES,
     GENERIC,
     GLM45,
@@ -73,6 +74,12 @@ MODEL_FAMILIES: tuple[ModelFamily, ...] = (
     ModelFamily("mistral", ("mistral", "mixtral"), MISTRAL),
     ModelFamily("deepseek_v3", ("deepseek_v3",), DEEPSEEK_V3, DEEPSEEK_R1),
     ModelFamily("deepseek_v32", ("deepseek_v32",), DEEPSEEK_V3),
+    ModelFamily(
+        "deepseek_v31",  # model_type deepseek_v3 like V3; told apart by how its template writes a call
+        (),
+        DEEPSEEK_V31,
+        template_markers=("<\uff5ctool\u2581sep\uff5c>' + tool['function']['arguments']",),
+    ),
     ModelFamily("qwen3_coder", (), QWEN3_CODER, template_markers=("<function=", "<parameter=")),
     ModelFamily("qwen3_5", ("qwen3_5", "qwen3_5_moe"), QWEN3_CODER, QWEN3),
     ModelFamily("glm45", ("glm4_moe",), GLM45, QWEN3, template_markers=("<arg_key>", "<arg_value>")),

@@ -2,9 +2,10 @@
 
 Marker strings were checked against SGLang 0.5.23's detectors
 (``sglang/srt/function_call/{qwen25,llama32,mistral,deepseekv3,pythonic}_detector.py``);
-the XML formats against ``qwen3_coder_detector.py`` and ``glm4_moe_detector.py`` there and
+the XML formats against ``qwen3_coder_detector.py`` and ``glm4_moe_detector.py`` there,
+``deepseek_v31`` against ``deepseekv31_detector.py``, and
 the official chat templates (llama.cpp ``models/templates/Qwen3-Coder.jinja``,
-``zai-org-GLM-4.5.jinja``).
+``glm_4_5.jinja``, ``deepseek-ai-DeepSeek-V3.1.jinja``).
 """
 
 from __future__ import annotations
@@ -72,6 +73,16 @@ DEEPSEEK_V3 = ToolFormat(
     arguments_end="\n```",
     description="DeepSeek-V3: calls section, function<sep>NAME then a ```json block per call",
 )
+DEEPSEEK_V31 = ToolFormat(
+    name="deepseek_v31",
+    style=CallStyle.NAMED_BLOCKS,
+    call_start=DEEPSEEK_CALL_BEGIN,
+    call_end=DEEPSEEK_CALL_END,
+    section_start=DEEPSEEK_CALLS_BEGIN,
+    section_end=DEEPSEEK_CALLS_END,
+    name_end=DEEPSEEK_SEP,
+    description="DeepSeek-V3.1: calls section, per call NAME<sep>{json} (no function prefix, no ```json block)",
+)
 PYTHONIC = ToolFormat(
     name="pythonic",
     style=CallStyle.PYTHONIC,
@@ -107,7 +118,7 @@ GLM45 = ToolFormat(
 )
 
 _FORMATS: Mapping[str, ToolFormat] = MappingProxyType(
-    {f.name: f for f in (QWEN, LLAMA3, MISTRAL, DEEPSEEK_V3, PYTHONIC, GENERIC, QWEN3_CODER, GLM45)}
+    {f.name: f for f in (QWEN, LLAMA3, MISTRAL, DEEPSEEK_V3, PYTHONIC, GENERIC, QWEN3_CODER, GLM45, DEEPSEEK_V31)}
 )
 _ALIASES: Mapping[str, str] = MappingProxyType(
     {
@@ -115,6 +126,7 @@ _ALIASES: Mapping[str, str] = MappingProxyType(
         "qwen25": "qwen",
         "qwen3": "qwen",
         "deepseekv3": "deepseek_v3",
+        "deepseekv31": "deepseek_v31",
         "glm4_moe": "glm45",
         "glm47": "glm45",
     }

@@ -18,16 +18,12 @@ closes, ``}`` at the end of the call.
 
 from __future__ import annotations
 
-import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from runtime_ext.parsers.core import WHITESPACE, Core, Malformed, Step, Truncated, marked_loop
-from runtime_ext.parsers.jsonscan import compact, scan_container
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"not JSON: {name}")
+from runtime_ext.parsers.jsonscan import JsonCanonicalizer, compact, scan_container, strict_loads
 
 
 def is_string_schema(schema: Any) -> bool:
@@ -40,13 +36,28 @@ def is_string_schema(schema: Any) -> bool:
     return bool(values) and all(isinstance(v, str) for v in values)
 
 
+def _json_text(text: str) -> str:
+    """Canonical JSON of ``text`` as the JSON formats write it (a number too large for a
+    float keeps its digits); ValueError/Malformed when it is not one JSON value."""
+    if text[:1] in "{[":
+        canonical = JsonCanonicalizer()
+        out, used = canonical.push(text)
+        if not canonical.done or used != len(text):
+            raise ValueError("not one JSON value")
+        return out
+    value = strict_loads(text)
+    if isinstance(value, (dict, list)):
+        raise ValueError("a container must start the value")
+    return text if isinstance(value, float) and value in (math.inf, -math.inf) else compact(value)
+
+
 def typed_value(raw: str, schema: Any) -> str:
     """Compact JSON of one argument value written as ``raw`` (module doc)."""
     if is_string_schema(schema):
         return compact(raw)
     try:
-        return compact(json.loads(raw.strip(), parse_constant=_no_constant))
-    except ValueError:
+        return _json_text(raw.strip(WHITESPACE))
+    except (ValueError, Malformed):
         return compact(raw)
 
 

@@ -25,7 +25,7 @@ from runtime_ext.formats import get_format, render_calls
 from runtime_ext.parsers import parse
 
 TOKENIZER_DIR = default_cache_dir() / "models" / "qwen3-tiny"
-FORMATS = ["qwen", "generic", "llama3", "mistral", "deepseek_v3"]
+FORMATS = ["qwen", "generic", "llama3", "mistral", "deepseek_v3", "deepseek_v31"]
 WEATHER = ToolSpec(
     "get_weather",
     {

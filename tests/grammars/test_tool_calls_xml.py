@@ -1,5 +1,5 @@
-"""The XML tool-call grammars (qwen3_coder, glm45; real xgrammar, tiny Qwen3 tokenizer)
-against their parser.
+"""The tool-call grammars of the XML formats (qwen3_coder, glm45) and of deepseek_v31
+(real xgrammar, tiny Qwen3 tokenizer) against their parser.
 
 Property: every output the grammar admits parses back (``runtime_ext.parsers`` with the
 tools' schemas) into calls whose typed arguments are valid under the tool's schema, with
@@ -24,10 +24,12 @@ from assets import default_cache_dir
 from grammars.tool_calls import ToolSpec, tool_call_constraint
 from grammars.xml_calls import XmlSchemaError
 from runtime_ext.formats import get_format, render_calls
+from runtime_ext.formats.tool_formats import DEEPSEEK_CALL_BEGIN, DEEPSEEK_CALL_END, DEEPSEEK_CALLS_END
 from runtime_ext.parsers import parse
 
 TOKENIZER_DIR = default_cache_dir() / "models" / "qwen3-tiny"
 FORMATS = ["qwen3_coder", "glm45"]
+WALKED = [*FORMATS, "deepseek_v31"]
 RICH = ToolSpec(
     "book_trip",
     {
@@ -55,6 +57,7 @@ SCHEMAS = {t.name: t.parameters for t in TOOLS}
 PUNCT = set('"[]{},:0123456789.-e')
 SPACE = {chr(c) for c in range(33)} | {"\x7f", "\u2028", "\u00a0"}
 WALK_MARKERS = {f: (get_format(f).value_end, get_format(f).call_end, get_format(f).key_start) for f in FORMATS}
+WALK_MARKERS["deepseek_v31"] = (DEEPSEEK_CALL_END, DEEPSEEK_CALLS_END, DEEPSEEK_CALL_BEGIN)
 """The closing texts a walk is steered to finish once begun (a string value ends only there)."""
 
 
@@ -87,31 +90,35 @@ class Sampler:
     def walk(self, grammar: Any, rng: random.Random, markers: tuple[str, ...], start: str = "") -> str | None:
         """A random output the grammar admits that starts with ``start`` (None if it did not
         end within 400 tokens); ``markers``: texts to steer towards."""
-        matcher, out = xgr.GrammarMatcher(grammar), [start]
+        matcher, ids = xgr.GrammarMatcher(grammar), []
         assert matcher.accept_string(start)
+
+        def text() -> str:  # decoded whole: a character may span tokens
+            return start + self.tokenizer.decode(ids)
+
         mask = xgr.allocate_token_bitmask(1, self.vocab)
         eos = self.tokenizer.eos_token_id
         for _ in range(400):
             matcher.fill_next_token_bitmask(mask)
             flags = np.unpackbits(mask[0].numpy().view(np.uint8), bitorder="little")[: self.vocab].astype(bool)
             if flags[eos] and rng.random() < 0.3:
-                return "".join(out)
+                return text()
             flags[eos] = False
             flags[len(self.pieces) :] = False
-            text, kind = "".join(out), rng.randrange(3)
-            inside = self.continuing(text, flags, markers, started=True)
+            so_far, kind = text(), rng.randrange(3)
+            inside = self.continuing(so_far, flags, markers, started=True)
             if inside and rng.random() < 0.9:  # finish a marker the text has begun
                 kind, preferred = 3, inside
             else:
                 preferred = (
-                    self.continuing(text, flags, markers) if kind == 2 else np.nonzero(flags & self.kinds[kind])[0]
+                    self.continuing(so_far, flags, markers) if kind == 2 else np.nonzero(flags & self.kinds[kind])[0]
                 )
             pool = preferred if len(preferred) and rng.random() < 0.85 else np.nonzero(flags)[0]
             if not len(pool):
-                return "".join(out)
+                return text()
             token = int(rng.choice(list(pool)))
             assert matcher.accept_token(token)
-            out.append(self.pieces[token])
+            ids.append(token)
         return None
 
     def continuing(self, text: str, flags: Any, markers: tuple[str, ...], started: bool = False) -> list[int]:
@@ -132,20 +139,20 @@ def check_parses_back(fmt: str, text: str) -> list[tuple[str, Any]]:
     assert not result.incomplete and result.content.strip() in ("", "hi"), text
     calls = [(c.name, json.loads(c.arguments)) for c in result.calls]
     assert calls, text
-    closing = get_format(fmt).value_end.split()[0]
+    closing = (get_format(fmt).value_end or DEEPSEEK_CALL_END).split()[0]
     for name, args in calls:
         Draft202012Validator(SCHEMAS[name] or {"type": "object", "additionalProperties": False}).validate(args)
         assert closing not in json.dumps(args, ensure_ascii=False), text
     return calls
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", WALKED)
 @pytest.mark.parametrize("mode", ["required", "auto"])
 def test_everything_the_grammar_admits_parses_back_to_valid_calls(sampler: Sampler, fmt: str, mode: str) -> None:
     grammar = sampler.compile(fmt, mode)
     rng = random.Random(1234)
-    start = "hi " + get_format(fmt).call_start if mode == "auto" else ""
-    outputs = [o for o in (sampler.walk(grammar, rng, WALK_MARKERS[fmt], start) for _ in range(16)) if o is not None]
+    start = "hi " + get_format(fmt).opener if mode == "auto" else ""
+    outputs = [o for o in (sampler.walk(grammar, rng, WALK_MARKERS[fmt], start) for _ in range(20)) if o is not None]
     assert len(outputs) >= 10, f"only {len(outputs)} walks ended"
     for text in outputs:
         check_parses_back(fmt, text)
@@ -162,7 +169,7 @@ ARGS = {
 }
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", WALKED)
 def test_canonical_renderings_are_admitted_and_round_trip_typed(sampler: Sampler, fmt: str) -> None:
     text = render_calls(get_format(fmt), [("book_trip", json.dumps(ARGS)), ("noop", "{}")])
     assert sampler.admits(sampler.compile(fmt, "required"), text)

@@ -50,6 +50,10 @@ TOOL_TEXTS: dict[str, list[str]] = {
         '[TOOL_CALLS] [{"name": "x", "arguments": {}}, {"name": "f", "arguments": {"a": 1}}]',
     ],
     "deepseek_v3": [DEEPSEEK_CALLS_BEGIN + "\n", DEEPSEEK_CALLS_BEGIN + "<\uff5ctool\u2581ca"],
+    "deepseek_v31": [
+        DEEPSEEK_CALLS_BEGIN + "<\uff5ctool\u2581call\u2581begin\uff5c>f<\uff5ctool\u2581sep\uff5c>[1]",
+        DEEPSEEK_CALLS_BEGIN + "<\uff5ctool\u2581call\u2581begin\uff5c>f\n<\uff5ctool\u2581sep\uff5c> {}",
+    ],
     "qwen3_coder": [
         "<tool_call>\n<function=f>\n<parameter=a>\n7\n</parameter>\n<parameter=q>\n null \n</parameter>\n</function>",
         '<tool_call>\n<function=f>\n<parameter=o>\n{"s": "</parameter>"}\n</parameter>\n</function>\n</tool_call>',

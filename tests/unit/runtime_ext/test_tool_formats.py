@@ -29,7 +29,17 @@ WEATHER = {
 
 
 def test_registry_names_aliases_and_unknown() -> None:
-    assert FORMAT_NAMES == ("qwen", "llama3", "mistral", "deepseek_v3", "pythonic", "generic", "qwen3_coder", "glm45")
+    assert FORMAT_NAMES == (
+        "qwen",
+        "llama3",
+        "mistral",
+        "deepseek_v3",
+        "pythonic",
+        "generic",
+        "qwen3_coder",
+        "glm45",
+        "deepseek_v31",
+    )
     assert get_format("hermes") is get_format("qwen") and get_format(get_format("llama3")).name == "llama3"
     with pytest.raises(UnknownFormatError) as info:
         get_format("chatml")
@@ -56,6 +66,11 @@ def test_formats_are_frozen() -> None:
         ("llama3", '{"name": "f", "parameters": {"a": 1}}; {"name": "g", "parameters": {}}'),
         ("mistral", '[TOOL_CALLS] [{"name": "f", "arguments": {"a": 1}}, {"name": "g", "arguments": {}}]'),
         ("pythonic", "[f(a=1), g()]"),
+        (  # SGLang's deepseekv31_detector.py docstring; llama.cpp deepseek-ai-DeepSeek-V3.1.jinja
+            "deepseek_v31",
+            '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>f<｜tool▁sep｜>{"a": 1}<｜tool▁call▁end｜>'
+            "<｜tool▁call▁begin｜>g<｜tool▁sep｜>{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+        ),
         (
             "deepseek_v3",
             '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{"a": 1}\n```<｜tool▁call▁end｜>\n'

@@ -1,6 +1,6 @@
 """The XML tool-call formats (qwen3_coder, glm45): values typed by the tools' schemas,
-streamed arguments adding up to the final JSON, no marker in content or arguments, and
-the model family chosen from config.json / the chat template."""
+streamed arguments adding up to the final JSON, no marker in content or arguments; and
+the model family (these, deepseek_v31) chosen from config.json / the chat template."""
 
 from __future__ import annotations
 
@@ -108,6 +108,13 @@ FAMILY_CASES = [
     ("glm4_moe", "<tool_call>{{ name }}<arg_key>k</arg_key><arg_value>", "glm45"),
     ("glm4_moe", None, "glm45"),
     ("qwen3_5_moe", None, "qwen3_coder"),
+    (  # how llama.cpp's copy of the official template (deepseek-ai-DeepSeek-V3.1.jinja) writes a call
+        "deepseek_v3",
+        "{{'<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>'+ tool['function']['name'] + '<｜tool▁sep｜>' + "
+        "tool['function']['arguments'] + '<｜tool▁call▁end｜>'}}",
+        "deepseek_v31",
+    ),
+    ("deepseek_v3", "'<｜tool▁sep｜>' + tool['function']['name'] + '\\n' + '```json'", "deepseek_v3"),
 ]
 
 
@@ -123,3 +130,11 @@ def test_the_family_is_chosen_from_the_template_markers_then_the_model_type(
 def test_template_markers_need_all_of_them() -> None:
     assert family_by_template("<function= only") is None
     assert family_by_template({"default": "<function=<parameter="}) is None
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_number_too_large_for_a_float_keeps_its_digits_as_in_the_json_formats(fmt: str) -> None:
+    f = get_format(fmt)
+    value = f"{f.key_start}x{f.key_end}-0.6e70223{f.value_end}{f.key_start}o{f.key_end}" + '{"k": 1e999}'
+    text = f"{f.call_start}f{f.name_end}{value}{f.value_end}{f.call_end}"
+    assert parse(fmt, text, None, SCHEMAS).calls[0].arguments == '{"x":-0.6e70223,"o":{"k":1e999}}'
