@@ -8,6 +8,7 @@ import pytest
 
 from grammars.errors import UnsupportedKeywordError
 from grammars.pythonic import PythonicSchemaError
+from grammars.xml_calls import XmlSchemaError
 from runtime_ext.formats import ToolFormatSelectionError, get_format, render_calls, select_format
 from runtime_ext.formats.spec import UnknownFormatError
 from service.errors import InvalidRequestError
@@ -170,6 +171,28 @@ def test_pythonic_schema_outside_the_subset_is_a_400_naming_the_tool_field():
     with pytest.raises(PythonicSchemaError) as err:
         build_constraint(validated(pythonic, tools=[fn("get-weather")], tool_choice="required"), False)
     assert err.value.param == "tools.0.function.name"
+
+
+@pytest.mark.parametrize("name", ["qwen3_coder", "glm45"])
+def test_xml_schema_the_format_cannot_carry_is_a_400_naming_the_tool_field(name):
+    params = {"type": "object", "properties": {"n": {"type": ["string", "integer"]}}}
+    with pytest.raises(XmlSchemaError) as err:
+        build_constraint(validated(get_format(name), tools=[fn("a"), fn("b", params)]), False)
+    assert err.value.param == "tools.1.function.parameters" and err.value.pointer == "/properties/n"
+    assert err.value.code == "unsupported_xml_tool_schema" and "may be a string or another type" in err.value.message
+
+
+@pytest.mark.parametrize("name", ["qwen3_coder", "glm45"])
+def test_xml_calls_reach_the_client_typed_by_the_request_schemas(name):
+    params = {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}}
+    v = validated(get_format(name), tools=[fn("w", params)], tool_choice="required")
+    out = ChoiceOutput(build_constraint(v, False), v.tools)
+    text = render_calls(get_format(name), [("w", '{"city": "7", "days": 7}')])
+    deltas = [d for ch in text for d in out.feed(ch).tool_calls]
+    _, result = out.finish("stop")
+    assert [c.function.arguments for c in result.tool_calls] == ['{"city":"7","days":7}']
+    assert "".join(d.function.arguments for d in deltas) == '{"city":"7","days":7}'
+    assert result.content in ("", None) and result.validation.valid is True
 
 
 def test_inline_tools_for_templates_without_a_tools_section():
