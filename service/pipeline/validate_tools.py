@@ -56,12 +56,14 @@ def validate_tools(req: ChatCompletionRequest, fmt: ToolFormat | None) -> ToolRe
 
 def _check_framed_custom(tools: ToolRequest) -> None:
     """A custom tool callable under auto/required is framed as a call with one JSON string
-    argument ``input``; the pythonic format writes Python literals, which this does not cover."""
+    argument ``input``; the pythonic and XML formats write Python literals / raw values, which
+    this does not cover."""
     framed = [t for t in tools.tools if t.kind == "custom" and t.name in tools.allowed and tools.forced_custom is None]
-    if framed and tools.mode != "none" and tools.format.style is CallStyle.PYTHONIC:
+    style = tools.format.style
+    if framed and tools.mode != "none" and style in (CallStyle.PYTHONIC, CallStyle.XML_PARAMS):
         raise UnsupportedParameterError(
             f"custom tool '{framed[0].name}' can be called under tool_choice '{tools.mode}' only in a JSON "
-            f"tool-call format, and this model's is '{tools.format.name}' (pythonic); name the custom tool "
+            f"tool-call format, and this model's is '{tools.format.name}' ({style.value}); name the custom tool "
             '(tool_choice {"type": "custom", "custom": {"name": ...}})',
             param="tool_choice",
         )

@@ -195,6 +195,15 @@ def test_xml_calls_reach_the_client_typed_by_the_request_schemas(name):
     assert result.content in ("", None) and result.validation.valid is True
 
 
+@pytest.mark.parametrize("name", ["pythonic", "qwen3_coder", "glm45"])
+def test_a_framed_custom_tool_needs_a_json_call_format(name):
+    custom = {"type": "custom", "custom": {"name": "patch"}}
+    with pytest.raises(InvalidRequestError) as err:
+        validated(get_format(name), tools=[custom], tool_choice="auto")
+    assert err.value.param == "tool_choice" and "only in a JSON tool-call format" in str(err.value)
+    assert validated(get_format(name), tools=[custom], tool_choice={"type": "custom", "custom": {"name": "patch"}})
+
+
 def test_inline_tools_for_templates_without_a_tools_section():
     generic = get_format("generic")
     msgs = [
