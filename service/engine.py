@@ -105,6 +105,7 @@ class SGLangEngine:
             cached_tokens=int(meta.get("cached_tokens", 0)),
             logprobs=self._logprobs(meta),
             prompt_logprobs=self._prompt_logprobs(meta),
+            matched_stop=(meta.get("finish_reason") or {}).get("matched"),
         )
 
     async def cache_prompt(self, plan: GenerationPlan, rid: str) -> int | None:

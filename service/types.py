@@ -287,6 +287,7 @@ class EngineOutput:
     cached_tokens: int
     logprobs: tuple[TokenLogprob, ...] = ()
     prompt_logprobs: tuple[TokenLogprob, ...] = ()  # with GenerationPlan.prompt_logprobs
+    matched_stop: int | str | None = None  # the stop token id / string that ended it
 
 
 @dataclass(frozen=True)
@@ -330,6 +331,7 @@ class ChoiceResult:
     validation: SchemaValidation | None
     reasoning: str | None = None
     logprobs: tuple[TokenLogprob, ...] | None = None  # answer tokens, when asked for
+    stop: str | None = None  # the client's stop string that ended it (finish_reason "stop")
 
 
 @dataclass(frozen=True)

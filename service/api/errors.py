@@ -34,9 +34,25 @@ _ANTHROPIC_TYPES = {
     429: "rate_limit_error",
     503: "overloaded_error",
 }
-# the discriminator values pydantic puts in ``loc`` (Anthropic's block / choice types): not fields
+# the discriminator values pydantic puts in ``loc`` after a list index (content block types) or
+# after the field it discriminates (``tool_choice``, ``thinking``): not fields
 _ANTHROPIC_TAGS = frozenset({"text", "tool_use", "tool_result", "thinking", "auto", "any", "tool", "none"})
 _ANTHROPIC_TAGS |= {"enabled", "disabled"}
+
+
+def _anthropic_loc(loc: list[str]) -> list[str]:
+    tagged = ("tool_choice", "thinking")
+    return [
+        p
+        for i, p in enumerate(loc)
+        if not (p in _ANTHROPIC_TAGS and i and (loc[i - 1].isdigit() or loc[i - 1] in tagged))
+    ]
+
+
+def _deepest_first(errors: list[Any]) -> list[Any]:
+    """Anthropic's content is ``str | list[block]``: the block's own complaint (the longest
+    path) says more than "not a string"."""
+    return sorted(errors, key=lambda e: -len(e.get("loc", ())))
 
 
 def is_anthropic(path: str | None) -> bool:
@@ -105,13 +121,13 @@ _TYPE_HINTS = {
 
 def _validation_body(exc: RequestValidationError, anthropic: bool = False) -> dict[str, Any]:
     """Translate pydantic's first complaint into one message that says what to change."""
-    errors = exc.errors()
+    errors = _deepest_first(list(exc.errors())) if anthropic else exc.errors()
     if not errors:
         return error_body("invalid request", "invalid_request_error", None, "invalid_request")
     first = errors[0]
     loc = [str(p) for p in first.get("loc", ()) if p != "body" and not _UNION_TAG.search(str(p))]
     if anthropic:
-        loc = [p for p in loc if p not in _ANTHROPIC_TAGS]
+        loc = _anthropic_loc(loc)
     param = ".".join(loc) or None
     kind = first.get("type", "")
     if kind == "json_invalid":

@@ -117,7 +117,7 @@ class ChatPipeline:
                 if (chunk := chunks.event(index, event)) is not None:
                     yield chunk
             if step.result is not None:
-                yield chunks.finish(index, step.result.finish_reason, step.result.validation)
+                yield chunks.finish(index, step.result.finish_reason, step.result.validation, step.result.stop)
         if last:
             first = last[0].delta
             usage = make_usage(

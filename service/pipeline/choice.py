@@ -96,6 +96,8 @@ class ChoiceOutput:
         if reason is None:
             return ChoiceStep(events)
         event, result = self.finish(reason)
+        matched = piece.delta.matched_stop
+        result.stop = matched if isinstance(matched, str) and result.finish_reason == "stop" else None
         result.logprobs = None if self.logprobs is None else tuple(self.logprobs)
         return ChoiceStep(events + (event,), result)
 

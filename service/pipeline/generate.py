@@ -29,7 +29,9 @@ async def collect_choice(engine: EngineClient, plan: GenerationPlan, rid: str) -
         return
     o = await engine.generate(plan, rid)
     delta = EngineDelta(o.text, o.completion_tokens, o.prompt_tokens, o.cached_tokens, o.finish_reason)
-    yield Piece("answer", replace(delta, logprobs=o.logprobs, prompt_logprobs=o.prompt_logprobs))
+    yield Piece(
+        "answer", replace(delta, logprobs=o.logprobs, prompt_logprobs=o.prompt_logprobs, matched_stop=o.matched_stop)
+    )
 
 
 async def stream_choice(engine: EngineClient, plan: GenerationPlan, rid: str) -> AsyncGenerator[Piece, None]:

@@ -63,6 +63,7 @@ def completion(rid: str, created: int, model: str, finished: Sequence[FinishedCh
                 finish_reason=r.finish_reason,
                 schema_validation=r.validation,
                 logprobs=choice_logprobs(r.logprobs),
+                stop_reason=r.stop,
             )
         )
     usage = make_usage(
@@ -101,8 +102,12 @@ class ChunkFactory:
         logprobs = choice_logprobs(event.logprobs) if event.logprobs else None
         return self._chunk([ChunkChoice(index=index, delta=delta, logprobs=logprobs)])
 
-    def finish(self, index: int, reason: str, validation: SchemaValidation | None = None) -> ChatCompletionChunk:
-        choice = ChunkChoice(index=index, delta=Delta(), finish_reason=reason, schema_validation=validation)
+    def finish(
+        self, index: int, reason: str, validation: SchemaValidation | None = None, stop: str | None = None
+    ) -> ChatCompletionChunk:
+        choice = ChunkChoice(
+            index=index, delta=Delta(), finish_reason=reason, schema_validation=validation, stop_reason=stop
+        )
         return self._chunk([choice])
 
     def usage(self, usage: Usage) -> ChatCompletionChunk:

@@ -255,6 +255,7 @@ class Choice(BaseModel):
     finish_reason: str | None
     logprobs: ChoiceLogprobs | None = None
     schema_validation: SchemaValidation | None = None
+    stop_reason: str | None = None  # vLLM's field: the stop string that ended the choice
 
 
 class ChatCompletion(BaseModel):
@@ -302,6 +303,7 @@ class ChunkChoice(BaseModel):
     finish_reason: str | None = None
     logprobs: ChoiceLogprobs | None = None
     schema_validation: SchemaValidation | None = None
+    stop_reason: str | None = None  # vLLM's field: the stop string that ended the choice
 
 
 class ChatCompletionChunk(BaseModel):

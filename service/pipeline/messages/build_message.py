@@ -12,10 +12,11 @@ the end, so the SDK's accumulated message equals the non-streamed one:
 
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from pydantic_core import from_json
 
 from service.protocol.anthropic import Message, MessageUsage, OutputBlock, OutText, OutThinking, OutToolUse, StopReason
 from service.protocol.openai import ChatCompletion, ChatCompletionChunk, DeltaToolCall, ToolCall, Usage
@@ -45,9 +46,10 @@ def stop_of(finish_reason: str | None, stop_sequence: str | None) -> StopReason 
 
 
 def parse_input(arguments: str) -> dict[str, Any]:
-    """The ``input`` object of a call's arguments ({} for a call cut short by max_tokens)."""
+    """The ``input`` object of a call's arguments; a call cut short by max_tokens keeps its
+    complete members, as the SDK's stream accumulator parses the same fragments."""
     try:
-        value = json.loads(arguments)
+        value = from_json(arguments, allow_partial=True)
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
@@ -57,8 +59,9 @@ def new_message_id() -> str:
     return f"msg_{uuid.uuid4().hex}"
 
 
-def from_completion(completion: ChatCompletion, message_id: str, stop_sequence: str | None = None) -> Message:
+def from_completion(completion: ChatCompletion, message_id: str) -> Message:
     choice = completion.choices[0]
+    stop_sequence = choice.stop_reason
     message = choice.message
     content: list[OutputBlock] = []
     if message.reasoning_content:
@@ -96,6 +99,7 @@ class MessageEventStream:
     _open: _Block | None = None
     _count: int = 0
     _finish: str | None = None
+    _stop: str | None = None
     _usage: Usage | None = None
     _calls: set[int] = field(default_factory=set)
 
@@ -119,15 +123,13 @@ class MessageEventStream:
             for call in delta.tool_calls or ():
                 events += self._call(call)
             if choice.finish_reason is not None:
-                self._finish = choice.finish_reason
+                self._finish, self._stop = choice.finish_reason, choice.stop_reason
         return events
 
-    def finish(self, stop_sequence: str | None = None) -> list[dict[str, Any]]:
+    def finish(self) -> list[dict[str, Any]]:
         usage = usage_of(self._usage)
-        delta = {
-            "stop_reason": stop_of(self._finish, stop_sequence),
-            "stop_sequence": stop_sequence if self._finish == "stop" else None,
-        }
+        stop = self._stop if self._finish == "stop" else None
+        delta = {"stop_reason": stop_of(self._finish, stop), "stop_sequence": stop}
         return self._close() + [
             {"type": "message_delta", "delta": delta, "usage": usage.model_dump()},
             {"type": "message_stop"},
