@@ -192,7 +192,9 @@ class ChatCompletionRequest(_Strict):
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
     max_reasoning_tokens: int | None = Field(
         None,
-        validation_alias=AliasChoices("max_reasoning_tokens", "max_thinking_tokens", "thinking_token_budget"),
+        validation_alias=AliasChoices(
+            "max_reasoning_tokens", "max_thinking_tokens", "thinking_token_budget", "thinking_budget"
+        ),
     )
     # structserve extension: accept schema keywords the grammar cannot enforce exactly
     # (they are dropped from the grammar; the output is still validated against them).

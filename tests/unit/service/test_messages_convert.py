@@ -135,13 +135,20 @@ COMPLETION = {
             },
         }
     ],
-    "usage": {"prompt_tokens": 7, "completion_tokens": 5, "total_tokens": 12, "prompt_tokens_details": {"cached_tokens": 3}},
+    "usage": {
+        "prompt_tokens": 7,
+        "completion_tokens": 5,
+        "total_tokens": 12,
+        "prompt_tokens_details": {"cached_tokens": 3},
+    },
 }
 
 
 def chunk(delta: dict, finish: str | None = None, usage: dict | None = None) -> ChatCompletionChunk:
     choices = [] if usage else [{"index": 0, "delta": delta, "finish_reason": finish}]
-    return ChatCompletionChunk.model_validate({"id": "c", "created": 0, "model": "m", "choices": choices, "usage": usage})
+    return ChatCompletionChunk.model_validate(
+        {"id": "c", "created": 0, "model": "m", "choices": choices, "usage": usage}
+    )
 
 
 def test_stream_events_accumulate_to_the_message():
@@ -174,3 +181,13 @@ def test_stream_events_accumulate_to_the_message():
     assert snapshot is not None and snapshot.model_dump(exclude_none=True) == anthropic.types.Message.model_validate(
         message.model_dump()
     ).model_dump(exclude_none=True)
+
+
+def test_a_stop_string_is_the_stop_sequence():
+    done = COMPLETION | {
+        "choices": [{"index": 0, "finish_reason": "stop", "stop_reason": "END", "message": {"content": "ok"}}]
+    }
+    message = from_completion(ChatCompletion.model_validate(done), "msg_1")
+    assert (message.stop_reason, message.stop_sequence) == ("stop_sequence", "END")
+    eos = done | {"choices": [{"index": 0, "finish_reason": "stop", "message": {"content": "ok"}}]}
+    assert from_completion(ChatCompletion.model_validate(eos), "msg_1").stop_reason == "end_turn"
