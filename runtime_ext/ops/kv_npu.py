@@ -56,22 +56,20 @@ def op_dtype(dtype: torch.dtype) -> torch.dtype:
     return dtype if dtype in HALF else torch.bfloat16
 
 
-def quantize_per_token(x: torch.Tensor, scale_dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
-    _check_finite(x, "the KV tensor")
-    return _quantize_per_token(x, scale_dtype)
-
-
-def _quantize_per_token(x: torch.Tensor, scale_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def quantize_per_token(
+    x: torch.Tensor, scale_dtype: torch.dtype = torch.float32, check_finite: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``npu_dynamic_quant`` per token; ``check_finite=False`` for the store, which zeroed the
+    unstorable tokens already (and must not sync)."""
+    if check_finite:
+        _check_finite(x, "the KV tensor")
     q, scale = _npu().npu_dynamic_quant(x.to(op_dtype(x.dtype)))
     return q, scale.to(scale_dtype)
 
 
-def quantize_static(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    _check_finite(x, "the KV tensor")
-    return _quantize_static(x, scale)
-
-
-def _quantize_static(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+def quantize_static(x: torch.Tensor, scale: torch.Tensor, check_finite: bool = True) -> torch.Tensor:
+    if check_finite:
+        _check_finite(x, "the KV tensor")
     flat = x.reshape(x.shape[0], -1)
     q = _npu().npu_quantize(flat.float(), scale.reshape(-1).float(), None, torch.qint8, flat.dim() - 1, True)
     return q.reshape(x.shape).clamp_(-INT8_MAX, INT8_MAX)
@@ -87,7 +85,7 @@ def store_per_token(buf: torch.Tensor, scale_buf: torch.Tensor, loc, x: torch.Te
     """Quantize ``x[T, H, D]`` into rows ``loc``; tokens ``kv_ref.unstorable_rows`` names are stored as
     zeros. Returns that mask as a device tensor: no host sync."""
     bad = kv_ref.unstorable_rows(x, scale_buf.dtype == torch.float16)
-    q, s = _quantize_per_token(kv_ref.zero_rows(x, bad), scale_buf.dtype)
+    q, s = quantize_per_token(kv_ref.zero_rows(x, bad), scale_buf.dtype, check_finite=False)
     buf[loc], scale_buf[loc] = q, s
     return bad
 
@@ -95,7 +93,7 @@ def store_per_token(buf: torch.Tensor, scale_buf: torch.Tensor, loc, x: torch.Te
 def store_static(buf: torch.Tensor, scale: torch.Tensor, loc, x: torch.Tensor) -> torch.Tensor:
     """``store_per_token`` with the per-channel ``scale[H, D]`` (only NaN/inf are unstorable)."""
     bad = kv_ref.unstorable_rows(x, False)
-    buf[loc] = _quantize_static(kv_ref.zero_rows(x, bad), scale)
+    buf[loc] = quantize_static(kv_ref.zero_rows(x, bad), scale, check_finite=False)
     return bad
 
 
