@@ -16,7 +16,7 @@ from runtime_ext.formats import select_format, select_reasoning_format
 from service.api.deps import ServiceState
 from service.api.errors import install_error_handlers
 from service.api.gate import Gate, RequestContext
-from service.api.routes import chat, completions, health, messages, metrics, models, responses
+from service.api.routes import chat, completions, health, messages, metrics, models, responses, tokenize
 from service.engine import SGLangEngine
 from service.grammar_gate import GrammarService
 from service.limits import Admission, KeyRing, TokenBucket, load_keys
@@ -119,7 +119,7 @@ def create_app(settings: Settings, model_dir: Path, served_model_name: str) -> F
     app = FastAPI(title="structserve", version="0.1.0", lifespan=lifespan)
     app.state.service = state
     install_error_handlers(app)
-    for module in (chat, completions, responses, messages, models, health, metrics):
+    for module in (chat, completions, responses, messages, tokenize, models, health, metrics):
         app.include_router(module.router)
 
     _add_gate(app, settings, state)

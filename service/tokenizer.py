@@ -51,11 +51,14 @@ class HFChatTemplate:
             ) from exc
         return self.encode(text + suffix)
 
-    def encode(self, text: str) -> list[int]:
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=add_special_tokens))
 
-    def decode(self, ids: Sequence[int]) -> str:
-        return str(self.tokenizer.decode(list(ids), skip_special_tokens=False))
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+        return str(self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens))
+
+    def token_strs(self, ids: Sequence[int]) -> list[str]:
+        return [str(t) for t in self.tokenizer.convert_ids_to_tokens(list(ids))]
 
 
 def _tool(tool: ToolDef) -> dict[str, Any]:

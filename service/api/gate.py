@@ -5,10 +5,10 @@ its client's disconnect).
 else generated; returned on the response), one JSON access log line, request count and latency
 by route and status, the count of ``/v1/`` requests in flight (graceful drain waits on it).
 
-``Gate`` (``/v1/`` paths): API key (its owner id into ``request.state``) → body size → per-key
-rate limit → (chat completions) 503 when not ready (loading, failed, draining), else the
-running/queued bound. Refusals are typed errors rendered by ``service.api.errors`` (the one
-place errors become HTTP).
+``Gate`` (``/v1/`` paths, ``/tokenize``, ``/detokenize``): API key (its owner id into
+``request.state``) → body size → per-key rate limit → (chat completions) 503 when not ready
+(loading, failed, draining), else the running/queued bound. Refusals are typed errors rendered
+by ``service.api.errors`` (the one place errors become HTTP).
 """
 
 from __future__ import annotations
@@ -29,6 +29,11 @@ log = logging.getLogger("structserve.access")
 _SANE_ID = re.compile(r"^[\w.:@/+=-]{1,128}$")
 OWNER = "api_key_owner"  # request.state key: KeyRing.owner of the request's API key
 ADMITTED = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages")
+UNVERSIONED = ("/tokenize", "/detokenize")  # vLLM's paths outside /v1/: gated as /v1/ is
+
+
+def gated(path: str) -> bool:
+    return path.startswith("/v1/") or path in UNVERSIONED
 
 
 def _header(scope: dict, name: bytes) -> str | None:
@@ -49,7 +54,7 @@ class RequestContext:
         given = _header(scope, b"x-request-id")
         rid = given if given and _SANE_ID.match(given) else f"req-{uuid.uuid4().hex}"
         token, start, status = REQUEST_ID.set(rid), time.perf_counter(), {"code": 500}
-        api = scope["path"].startswith("/v1/")
+        api = gated(scope["path"])
 
         async def send_with_id(message: dict) -> None:
             if message["type"] == "http.response.start":
@@ -90,7 +95,7 @@ class Gate:
         self.not_ready = not_ready
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
+        if scope["type"] != "http" or not gated(scope["path"]):
             await self.app(scope, receive, send)
             return
         try:

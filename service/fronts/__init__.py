@@ -1,0 +1,1 @@
+"""The API front doors around the one chat pipeline (pure: no web framework)."""
