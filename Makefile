@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV_PY := .venv/bin/python
 STRUCTSERVE := .venv/bin/structserve
 
-.PHONY: setup gateway redis assets serve test test-unit lint bench clean
+.PHONY: setup gateway pd redis assets serve test test-unit lint bench clean
 
 setup:
 	@bash scripts/setup.sh
@@ -11,6 +11,11 @@ setup:
 # SGLang's model gateway (smg) in its own venv, .venv-gateway (docs/scale-out.md)
 gateway:
 	@bash scripts/setup_gateway.sh
+
+# Prefill/decode disaggregation on the CPU: the CUDA-free Mooncake wheel (pinned) and its three
+# Debian libraries (apt, only when missing); verifies the transfer engine loads (docs/scale-out.md)
+pd: setup
+	@bash scripts/setup_pd.sh
 
 # Debian's redis-server for the shared response store's tests (apt, only when missing)
 redis:
@@ -23,7 +28,7 @@ assets: setup
 serve: setup
 	@$(STRUCTSERVE) serve
 
-test: assets gateway redis lint
+test: assets gateway pd redis lint
 	@$(VENV_PY) -m pytest $(PYTEST_ARGS)
 
 # Static checks (also the first step of `make test`): lint, format, strict types on the pure packages.

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime_ext.kv_cache.sizing import KVMode
-from service.settings import EngineSettings, PrefixBackend
+from service.settings import DisaggregationSettings, EngineSettings, PrefixBackend
 
 # ServerArgs fields the service sets itself, with the setting that sets them.
 OWNED: dict[str, str] = {
@@ -55,9 +55,13 @@ OWNED: dict[str, str] = {
     "skip_tokenizer_init": "(the service tokenizes)",
     "incremental_streaming_output": "(the service streams increments)",
     "constrained_json_disable_any_whitespace": "(the service's JSON grammars)",
+    "disaggregation_mode": "engine.disaggregation.mode",
+    "disaggregation_transfer_backend": "engine.disaggregation.transfer_backend",
+    "disaggregation_bootstrap_port": "engine.disaggregation.bootstrap_port",
 }
 CPU_BIND_ENV = "SGLANG_CPU_OMP_THREADS_BIND"  # SGLang's per-rank CPU cores on the CPU engine
 NPU_DEVICES_ENV = "ASCEND_RT_VISIBLE_DEVICES"  # the NPUs a process sees (CANN runtime)
+HOST_IP_ENV = "SGLANG_HOST_IP"  # the address SGLang's PD transfer binds and advertises
 
 
 @dataclass(frozen=True)
@@ -106,7 +110,18 @@ class EngineOptions:
             kwargs["disable_radix_cache"] = True
         elif self.prefix_cache == "combined":  # C reaches the scheduler in RuntimeExtConfig.combine_blocks
             kwargs["radix_cache_backend"] = "structserve_combined"
-        return {**kwargs, **checked_sglang_args(e.sglang_args)}
+        return {**kwargs, **disaggregation_kwargs(e.disaggregation), **checked_sglang_args(e.sglang_args)}
+
+
+def disaggregation_kwargs(pd: DisaggregationSettings) -> dict[str, Any]:
+    """SGLang's ``disaggregation_*`` arguments for ``engine.disaggregation`` (none when off)."""
+    if pd.mode is None:
+        return {}
+    return dict(
+        disaggregation_mode=pd.mode,
+        disaggregation_transfer_backend=pd.transfer_backend,
+        disaggregation_bootstrap_port=pd.bootstrap_port,
+    )
 
 
 def checked_sglang_args(args: dict[str, Any]) -> dict[str, Any]:
@@ -172,5 +187,7 @@ def prepare_process_env(device: str, engine: EngineSettings | None = None) -> No
     ranks = engine.tp_size * engine.dp_size
     if device == "cpu" and ranks > 1 and CPU_BIND_ENV not in os.environ:
         os.environ[CPU_BIND_ENV] = cpu_thread_binding(list(os.sched_getaffinity(0)), ranks)
+    if engine.disaggregation.host_ip is not None:
+        os.environ[HOST_IP_ENV] = engine.disaggregation.host_ip
     if engine.devices is not None:
         os.environ[NPU_DEVICES_ENV] = ",".join(str(d) for d in engine.devices)

@@ -24,6 +24,19 @@ CONFIG_ENV = "STRUCTSERVE_CONFIG"
 PrefixBackend = Literal["sglang", "combined", "off"]  # SGLang's radix cache | runtime_ext's combined one | none
 
 
+class DisaggregationSettings(BaseModel):
+    """``engine.disaggregation``: this replica as one side of prefill/decode disaggregation
+    (SGLang's own PD machinery; docs/scale-out.md). ``mode: null`` serves whole requests."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Literal["prefill", "decode"] | None = None
+    # mooncake_tcp: Mooncake's transfer engine over TCP (no RDMA; scripts/setup_pd.sh installs it)
+    transfer_backend: Literal["mooncake_tcp", "mooncake"] = "mooncake_tcp"
+    bootstrap_port: int = Field(8998, ge=1, le=65535)  # prefill: where decode asks for its KV
+    host_ip: str | None = None  # the address KV travels to/from (SGLANG_HOST_IP); None: SGLang's pick
+
+
 class EngineSettings(BaseModel):
     """The ``engine:`` section; ``service.engine.EngineOptions`` holds it as startup resolved it."""
 
@@ -46,6 +59,7 @@ class EngineSettings(BaseModel):
     tp_size: int = Field(1, ge=1)
     dp_size: int = Field(1, ge=1)
     devices: list[int] | None = None  # npu: the NPU ids this replica uses, tp_size * dp_size of them
+    disaggregation: DisaggregationSettings = DisaggregationSettings()
     sglang_args: dict[str, Any] = Field(default_factory=dict)  # other ServerArgs fields, checked at startup
 
     @model_validator(mode="after")
