@@ -1,0 +1,183 @@
+"""The three ways ``bench/schema_coverage.py`` serves a MaskBench schema, run in its worker
+process: structserve's gate, llguidance alone, xgrammar alone, each compiled for a real
+tokenizer and its instances walked token by token through the real matcher.
+
+``gate_decision`` is the one place that says what the service does with a schema; it calls the
+public APIs of ``grammars.json_schema`` (the policy) and ``grammars.compile`` (the llguidance
+route and the xgrammar compile), in the order ``service/grammar_gate.py`` runs them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from grammars.compile import LarkRouter, capture_warnings, compile_text, load_compiler
+from grammars.errors import GrammarError
+from grammars.json_schema import check_schema
+from tools.grammar_check import grammar_text, walk_tokens
+
+LIBRARIES = ("structserve", "llguidance", "xgrammar")
+SEPARATORS: Any = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+"""llguidance alone, with the separators the service's grammars emit."""
+CONST_SEPARATORS = ((",", ":"), (", ", ": "))
+"""How a ``const``/``enum`` value may be written: xgrammar compact, llguidance spaced. An
+instance counts as refused only when both writings are refused, as accepted when either is."""
+
+
+@dataclass
+class Served:
+    """A compiled grammar ready to walk: ``route`` says whose matcher, ``schema`` orders members."""
+
+    route: str
+    grammar: Any
+    schema: Any
+
+
+class Refused(Exception):
+    """The library (or the gate) does not serve the schema; the message says why."""
+
+
+class Libraries:
+    """Tokenizer, xgrammar compiler, llguidance tokenizer and the service's Lark router, built
+    once per worker."""
+
+    def __init__(self, model: Path) -> None:
+        from llguidance.hf import from_tokenizer
+
+        self.tokenizer, self.compiler = load_compiler(model)
+        config = json.loads((model / "config.json").read_text())
+        self.ll = from_tokenizer(self.tokenizer, config.get("vocab_size"), eos_token=config.get("eos_token_id"))
+        self.router = LarkRouter(model / "tokenizer.json")
+
+    def build(self, library: str, schema: Any) -> Served:
+        """Compile ``schema`` as ``library`` would serve it; raises ``Refused``."""
+        if library == "structserve":
+            return self.gate_decision(schema)
+        if library == "llguidance":
+            return Served("llguidance", self._ll_json(schema), schema)
+        return Served("xgrammar", self._xgrammar(json.dumps(schema), strict=False), schema)
+
+    def gate_decision(self, schema: Any) -> Served:
+        """The service's gate: the fail-closed policy, then llguidance when it takes the
+        canonical schema exactly (``LarkRouter``), else xgrammar, whose warnings (a dropped
+        constraint) and dead grammars are refusals."""
+        try:
+            checked = check_schema(schema)
+        except GrammarError as exc:
+            raise Refused(_refusal(exc)) from None
+        canonical = json.loads(checked.canonical)
+        try:
+            lark = self.router.route("json_schema", checked.canonical)
+        except Exception:  # noqa: BLE001 - llguidance failing to check: xgrammar serves it, as in the gate
+            lark = None
+        if lark is not None:
+            try:
+                return Served("llguidance", self._ll_lark(lark), canonical)
+            except Refused:
+                pass  # the scheduler's fallback: xgrammar serves the same constraint
+        return Served("xgrammar", self._xgrammar(checked.canonical, strict=True), canonical)
+
+    def _xgrammar(self, text: str, *, strict: bool) -> Any:
+        try:
+            compiled, warnings = capture_warnings(lambda: compile_text(self.compiler, "json_schema", text))
+        except Exception as exc:  # noqa: BLE001 - xgrammar raises RuntimeError & co.
+            raise Refused(f"xgrammar: {str(exc).strip()[:300]}") from None
+        if strict and warnings:
+            raise Refused(f"UnsupportedKeywordError: xgrammar drops {warnings[0][:200]}")
+        if strict and not _first_token(compiled):
+            raise Refused("UnsatisfiableSchemaError: the compiled grammar allows no first token")
+        return compiled
+
+    def _ll_json(self, schema: Any) -> Any:
+        from llguidance import LLMatcher
+
+        try:
+            grammar = LLMatcher.grammar_from_json_schema(json.dumps(schema), defaults=SEPARATORS)
+        except Exception as exc:  # noqa: BLE001 - llguidance refusing the schema is a result
+            raise Refused(f"llguidance: {str(exc)[:300]}") from None
+        return self._ll_checked(grammar)
+
+    def _ll_lark(self, lark: str) -> Any:
+        from llguidance import LLMatcher
+
+        return self._ll_checked(LLMatcher.grammar_from_lark(lark))
+
+    def _ll_checked(self, grammar: str) -> Any:
+        from llguidance import LLMatcher
+
+        is_error, messages = LLMatcher.validate_grammar_with_warnings(grammar, self.ll)
+        if is_error:
+            raise Refused(f"llguidance: {'; '.join(messages)[:300]}")
+        matcher = LLMatcher(self.ll, grammar, log_level=0)  # builds the lexer: part of the compile
+        if matcher.is_error():
+            raise Refused(f"llguidance: {matcher.get_error()[:300]}")
+        return grammar
+
+    def accepts(self, served: Served, instance: Any) -> bool:
+        """Whether the served grammar's matcher takes ``instance`` written as that grammar emits
+        JSON (either ``const`` writing), token by token, then a stop token."""
+        for seps in CONST_SEPARATORS:
+            text = grammar_text(instance, served.schema, const_separators=seps)
+            if served.route == "xgrammar":
+                if walk_tokens(served.grammar, self.tokenizer, text).accepted:
+                    return True
+            elif self._ll_accepts(served.grammar, text):
+                return True
+        return False
+
+    def _ll_accepts(self, grammar: str, text: str) -> bool:
+        from llguidance import LLMatcher
+        from llguidance.torch import allocate_token_bitmask, fill_next_token_bitmask
+
+        matcher = LLMatcher(self.ll, grammar, log_level=0)
+        mask = allocate_token_bitmask(1, self.ll.vocab_size)
+        for token in [*self.tokenizer.encode(text, add_special_tokens=False), self.tokenizer.eos_token_id]:
+            fill_next_token_bitmask(matcher, mask, 0)
+            if not (int(mask[0, token // 32]) >> (token % 32)) & 1 or not matcher.consume_token(token):
+                return False
+        return matcher.is_stopped() and not matcher.is_error()
+
+
+def _refusal(exc: GrammarError) -> str:
+    """The policy's refusal; for unsupported keywords the list the tally groups by
+    (``schema_coverage_tally.reason_keys``): ``unsupported keywords: minProperties, unknown:self``."""
+    unsupported = getattr(exc, "unsupported", None)
+    if not unsupported:
+        return f"{type(exc).__name__}: {exc.message}"
+    names = [f"unknown:{u.keyword}" if u.reason.startswith("unknown keyword") else u.keyword for u in unsupported]
+    return "unsupported keywords: " + ", ".join(dict.fromkeys(names))
+
+
+def _first_token(compiled: Any) -> bool:
+    import xgrammar
+
+    matcher = xgrammar.GrammarMatcher(compiled)
+    mask = xgrammar.allocate_token_bitmask(1, compiled.tokenizer_info.vocab_size)
+    matcher.fill_next_token_bitmask(mask)
+    return bool((mask != 0).any())
+
+
+def worker_main(conn: Any, model: str) -> None:
+    """Worker loop. Request ``(library, schema, valid, invalid)``; replies, in order,
+    ``("compiled", route, reason, ms)`` then, when served, ``("walked", valid_refused,
+    invalid_accepted, examples)``. ``None`` stops it."""
+    libs = Libraries(Path(model))
+    conn.send(("ready",))
+    while (request := conn.recv()) is not None:
+        library, schema, valid, invalid = request
+        began = time.perf_counter()
+        try:
+            served = libs.build(library, schema)
+        except Refused as exc:
+            conn.send(("compiled", "", str(exc), (time.perf_counter() - began) * 1e3))
+            continue
+        conn.send(("compiled", served.route, "", (time.perf_counter() - began) * 1e3))
+        refused = [v for v in valid if not libs.accepts(served, v)]
+        accepted = [v for v in invalid if libs.accepts(served, v)]
+        examples = [f"accepted invalid {json.dumps(v)[:120]}" for v in accepted[:2]]
+        examples += [f"refused valid {json.dumps(v)[:120]}" for v in refused[:2]]
+        conn.send(("walked", len(refused), len(accepted), examples))
