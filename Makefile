@@ -31,15 +31,21 @@ serve: setup
 test: assets gateway pd redis lint
 	@$(VENV_PY) -m pytest $(PYTEST_ARGS)
 
-# Static checks (also the first step of `make test`): lint, format, strict types on the pure packages.
+# Static checks (also the first step of `make test`): lint, format, strict types on the pure packages,
+# and the docs site built strict (a broken link, anchor or missing page fails; output in site/).
 lint: setup
 	@.venv/bin/ruff check .
 	@.venv/bin/ruff format --check .
 	@.venv/bin/mypy
+	@NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet
 
 # Milliseconds-fast logic tests only: no engine, no assets (tests/unit/conftest.py enforces it).
 test-unit: setup redis
 	@$(VENV_PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+# The docs site with live reload on http://127.0.0.1:8001 (structserve itself uses 8000).
+docs: setup
+	@NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs serve -a 127.0.0.1:8001
 
 bench: assets
 	@$(VENV_PY) bench/serve_overhead.py
