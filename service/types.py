@@ -151,7 +151,7 @@ class ReasoningSetup:
 
     @classmethod
     def build(cls, fmt: ReasoningFormat, encode: Callable[[str], list[int]]) -> ReasoningSetup:
-        for marker in (fmt.start, fmt.end):
+        for marker in (fmt.start, fmt.end) if fmt.start_is_token else (fmt.end,):
             ids = encode(marker)
             if len(ids) != 1:
                 raise ReasoningMarkerError(

@@ -7,6 +7,11 @@ already opens the block at the end of the prompt (DeepSeek-R1), so the model's
 output begins inside the reasoning; otherwise the service writes ``start`` +
 ``opening`` after the generation prompt when thinking is on, so reasoning starts at
 the first generated token in every case.
+
+Harmony (gpt-oss) is written the same way: its ``analysis`` message is the block
+(``<|channel|>analysis<|message|>`` ... ``<|end|>``), the service appends
+``<|start|>assistant`` after it and the model picks the next channel; the ``final``
+header that follows is dropped from the answer (``answer_headers``).
 """
 
 from __future__ import annotations
@@ -24,6 +29,9 @@ class ReasoningFormat:
     start_in_template: bool = False
     opening: str = "\n"  # written after ``start`` when the service opens the block
     separator: str = "\n\n"  # written after ``end`` before the answer
+    end_prefix: str = "\n"  # written before ``end`` when the service closes the block
+    answer_headers: tuple[str, ...] = ()  # texts dropped where the answer starts (after whitespace)
+    start_is_token: bool = True  # ``start`` must be one token of the serving tokenizer
 
     def prompt_suffix(self, thinking: bool) -> str:
         """Text appended after the generation prompt: an open block (thinking on) or an
@@ -31,13 +39,13 @@ class ReasoningFormat:
         opened = "" if self.start_in_template else self.start + self.opening
         if thinking:
             return opened
-        return opened + ("" if self.start_in_template else "\n") + self.end + self.separator
+        return opened + ("" if self.start_in_template else self.end_prefix) + self.end + self.separator
 
     @property
     def forced_end(self) -> str:
         """What the service appends when the budget is spent: ``end`` + ``separator``
-        (after a newline, as models write it)."""
-        return "\n" + self.end + self.separator
+        (after ``end_prefix``, a newline as models write it)."""
+        return self.end_prefix + self.end + self.separator
 
 
 class UnknownReasoningFormatError(KeyError):
@@ -54,8 +62,18 @@ class UnknownReasoningFormatError(KeyError):
 
 QWEN3 = ReasoningFormat("qwen3", "<think>", "</think>")
 DEEPSEEK_R1 = ReasoningFormat("deepseek_r1", "<think>", "</think>", start_in_template=True)
+HARMONY = ReasoningFormat(
+    "harmony",
+    "<|channel|>analysis<|message|>",
+    "<|end|>",
+    opening="",
+    separator="<|start|>assistant",
+    end_prefix="",
+    answer_headers=("<|start|>assistant<|channel|>final<|message|>", "<|channel|>final<|message|>"),
+    start_is_token=False,
+)
 
-REASONING_FORMATS: Mapping[str, ReasoningFormat] = MappingProxyType({f.name: f for f in (QWEN3, DEEPSEEK_R1)})
+REASONING_FORMATS: Mapping[str, ReasoningFormat] = MappingProxyType({f.name: f for f in (QWEN3, DEEPSEEK_R1, HARMONY)})
 """Registered reasoning formats by name (which model family uses which: ``formats.families``)."""
 
 

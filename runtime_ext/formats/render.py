@@ -61,8 +61,8 @@ def _xml_pieces(fmt: ToolFormat, name: str, arguments: str) -> tuple[str, str, s
     return fmt.call_start + name + fmt.name_end, args, fmt.call_end[:at], fmt.call_end[at:]
 
 
-def _pieces(fmt: ToolFormat, name: str, arguments: str) -> tuple[str, str, str, str]:
-    """(head, args, tail_to_end, trailer): one call; ``end`` is after tail_to_end."""
+def _pieces(fmt: ToolFormat, name: str, arguments: str, index: int = 0) -> tuple[str, str, str, str]:
+    """(head, args, tail_to_end, trailer): call number ``index``; ``end`` is after tail_to_end."""
     item, key = fmt.json_separators
     if fmt.style is CallStyle.XML_PARAMS:
         return _xml_pieces(fmt, name, arguments)
@@ -71,7 +71,10 @@ def _pieces(fmt: ToolFormat, name: str, arguments: str) -> tuple[str, str, str, 
         args = ", ".join(f"{k}={python_literal(v)}" for k, v in kwargs.items())
         return f"{name}(", args, ")", ""
     if fmt.style is CallStyle.NAMED_BLOCKS:
-        return fmt.call_start + name + fmt.name_end, arguments, "", fmt.arguments_end + fmt.call_end
+        counter = f"{fmt.index_sep}{index}" if fmt.index_sep else ""
+        return fmt.call_start + name + counter + fmt.name_end, arguments, "", fmt.arguments_end + fmt.call_end
+    if fmt.style is CallStyle.HARMONY:
+        return fmt.call_start + name + fmt.name_end, arguments, "", fmt.call_end
     head = "{" + _q(fmt.name_key) + key + _q(name) + item + _q(fmt.arguments_key) + key
     if fmt.style is CallStyle.TAGGED:
         return fmt.call_start + fmt.padding + head, arguments, "}", fmt.padding + fmt.call_end
@@ -116,7 +119,7 @@ def render_calls_with_spans(fmt: ToolFormat, calls: Sequence[tuple[str, str]]) -
         if i:
             out.append(fmt.separator)
             length += len(fmt.separator)
-        head, args, tail, trailer = _pieces(fmt, name, arguments)
+        head, args, tail, trailer = _pieces(fmt, name, arguments, i)
         start = 0 if i == 0 else length
         args_start = length + len(head)
         args_end = args_start + len(args)

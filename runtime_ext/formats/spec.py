@@ -1,7 +1,7 @@
 """The frozen description of one tool-call family (markers, envelope, separators).
 
 Pure: imports neither torch, sglang, fastapi nor xgrammar. Parsers
-(``runtime_ext.parsers``), grammars (``grammars.tool_calls``) and prompt rendering
+(``runtime_ext.parsers``), grammars (``grammars.tool_calls.constraint``) and prompt rendering
 all read the same :class:`ToolFormat`, so the text a grammar forces is exactly the
 text the parser expects.
 """
@@ -28,6 +28,10 @@ class CallStyle(str, Enum):
     - ``XML_PARAMS``: per call ``call_start NAME name_end``, then per argument
       ``key_start KEY key_end VALUE value_end``, then ``call_end``; a VALUE is raw
       text, read as the type its parameter's schema declares (Qwen3-Coder, GLM-4.5).
+    - ``HARMONY``: gpt-oss messages ``<|channel|>CHANNEL<|message|>BODY<|end|>``; a
+      call is ``call_start NAME name_end ARGS call_end`` (the commentary channel
+      addressed ``to=functions.NAME``), other messages' bodies are content and their
+      headers and end markers are dropped (``parsers.harmony``).
     """
 
     TAGGED = "tagged"
@@ -36,6 +40,7 @@ class CallStyle(str, Enum):
     NAMED_BLOCKS = "named_blocks"
     PYTHONIC = "pythonic"
     XML_PARAMS = "xml_params"
+    HARMONY = "harmony"
 
 
 @dataclass(frozen=True)
@@ -62,7 +67,10 @@ class ToolFormat:
             but only at the very start of the output (after whitespace) or right
             after a previous call (real Qwen2.5 emits bare JSON; Llama 3.x emits
             JSON without ``<|python_tag|>``; pythonic lists have no marker).
-        name_end: NAMED_BLOCKS, XML_PARAMS: text that ends the function name.
+        name_end: NAMED_BLOCKS, XML_PARAMS, HARMONY: text that ends the function name.
+        index_sep: NAMED_BLOCKS only: the name is followed by this text and a call
+            counter (Kimi-K2 writes ``functions.NAME:0``); the counter is not part of
+            the name (rendered as the call's position, any digits parsed).
         arguments_end: NAMED_BLOCKS only: text after the arguments object.
         key_start / key_end / value_end: XML_PARAMS only: the text before an
             argument's name, between its name and its value, and after its value.
@@ -88,6 +96,7 @@ class ToolFormat:
     arguments_aliases: tuple[str, ...] = ()
     bare_calls: bool = False
     name_end: str = ""
+    index_sep: str = ""
     arguments_end: str = ""
     key_start: str = ""
     key_end: str = ""

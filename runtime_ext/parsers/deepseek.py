@@ -1,8 +1,10 @@
-"""Parser of the NAMED_BLOCKS style (DeepSeek-V3).
+"""Parser of the NAMED_BLOCKS style (DeepSeek-V3, V3.1, Kimi-K2).
 
 ``<｜tool▁calls▁begin｜>`` then, per call,
 ``<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\\n```json\\nARGS\\n```<｜tool▁call▁end｜>``
-(calls separated by whitespace), then ``<｜tool▁calls▁end｜>``. The name is streamed
+(calls separated by whitespace), then ``<｜tool▁calls▁end｜>``. With ``index_sep``
+(Kimi-K2's ``functions.NAME:0``) the name ends at the last ``index_sep`` followed by
+digits; a name without that counter is not a call. The name is streamed
 when the arguments object opens. A block with an unknown name is content; missing
 closing markers at the end of the output are tolerated.
 """
@@ -29,6 +31,15 @@ def _name(core: Core) -> Step[str]:
         yield
 
 
+def _without_index(core: Core, name: str) -> str | None:
+    """``name`` less its ``index_sep`` + counter (None when the format wants one and it is missing)."""
+    sep = core.fmt.index_sep
+    if not sep:
+        return name
+    head, found, counter = name.rpartition(sep)
+    return head if found and counter.isdigit() and counter.isascii() else None
+
+
 def _trailer(core: Core) -> Step[None]:
     fmt = core.fmt
     yield from core.skip_ws_then(fmt.arguments_end.strip())
@@ -41,7 +52,7 @@ def _call(core: Core) -> Step[None]:
     if core.call_start is None:
         core.begin(core.pos)
     core.pos += len(fmt.call_start)
-    name = yield from _name(core)
+    name = _without_index(core, (yield from _name(core)))
     if not (yield from core.take(fmt.name_end)):
         core.reject(core.pos)
         return

@@ -9,7 +9,8 @@ any chunking of the same text gives the same result. Pure.
 ``in_reasoning``: the output begins inside the block (the prompt opened it);
 otherwise a block is recognised only at the very start of the output (after
 whitespace). The end marker and the whitespace right after it are dropped; the
-reasoning text is kept verbatim.
+reasoning text is kept verbatim. A format's ``answer_headers`` (Harmony's
+``<|channel|>final<|message|>``) are dropped where the answer starts.
 """
 
 from __future__ import annotations
@@ -92,14 +93,26 @@ class ReasoningParser:
         if self._phase is _Phase.REASONING:
             return self._inside(buf, final)
         if self._phase is _Phase.AFTER_END:
-            stripped = buf.lstrip()
-            if not stripped and not final:
-                self._buffer = ""
-                return None
-            self._phase, self._buffer = _Phase.CONTENT, stripped
-            return ("content", "") if stripped else None
+            return self._after_end(buf, final)
         self._buffer = ""
         return "content", buf
+
+    def _after_end(self, buf: str, final: bool) -> _Piece | None:
+        """Drop the whitespace after the end marker, then one of the format's answer headers."""
+        stripped = buf.lstrip()
+        if not stripped and not final:
+            self._buffer = ""
+            return None
+        headers = self.fmt.answer_headers
+        if not final and any(h.startswith(stripped) and h != stripped for h in headers):
+            self._buffer = stripped
+            return None  # still may become a header
+        for header in headers:
+            if stripped.startswith(header):
+                stripped = stripped[len(header) :]
+                break
+        self._phase, self._buffer = _Phase.CONTENT, stripped
+        return ("content", "") if stripped else None
 
     def _before(self, buf: str, final: bool) -> _Piece | None:
         head = buf.lstrip()

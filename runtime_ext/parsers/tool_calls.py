@@ -33,6 +33,7 @@ from typing import Any, Callable, Collection, Generator, Mapping
 from runtime_ext.formats import CallStyle, ToolFormat, get_format
 from runtime_ext.parsers.core import Core, Malformed, Step, Truncated
 from runtime_ext.parsers.deepseek import run_named_blocks
+from runtime_ext.parsers.harmony import run_harmony
 from runtime_ext.parsers.json_styles import run_sequence, run_tagged
 from runtime_ext.parsers.mistral import run_array
 from runtime_ext.parsers.pythonic import run_pythonic
@@ -47,6 +48,7 @@ _RUNNERS: dict[CallStyle, Callable[[Core], Step[None]]] = {
     CallStyle.NAMED_BLOCKS: run_named_blocks,
     CallStyle.PYTHONIC: run_pythonic,
     CallStyle.XML_PARAMS: run_xml_params,
+    CallStyle.HARMONY: run_harmony,
 }
 
 

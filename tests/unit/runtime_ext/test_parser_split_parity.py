@@ -68,6 +68,24 @@ TOOL_TEXTS: dict[str, list[str]] = {
         "<tool_call>f\n<arg_key>a</arg_key>\n<bogus>\n</tool_call>",
         "<tool_call>g\n</tool_call><tool_call>rm\n</tool_call> tail <tool_call>",
     ],
+    "kimi_k2": [
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.f<|tool_call_argument_begin|>{}<|tool_call_end|>",
+        '<|tool_calls_section_begin|>\n<|tool_call_begin|> functions.f:12 <|tool_call_argument_begin|> {"a": 7}'
+        "<|tool_call_end|>\n<|tool_calls_section_end|> after",
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.f:x<|tool_call_argument_begin|>{}<|tool_call_end|>",
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argu",
+    ],
+    "harmony": [
+        "<|channel|>final<|message|>The answer.<|return|>",
+        "<|channel|>analysis<|message|>plan<|end|><|start|>assistant<|channel|>final<|message|>Done.",
+        '<|start|>assistant to=functions.f<|channel|>commentary json<|message|>{"a": 1}<|call|>',
+        '<|channel|>commentary to=functions.f <|constrain|>json<|message|>{"a": [1, "<|call|>"]}<|call|>',
+        "<|channel|>commentary to=functions.f <|constrain|>json<|message|>not json<|call|>",
+        "<|channel|>commentary to=browser.open <|constrain|>json<|message|>{}<|call|>",
+        "<|channel|>final to=functions.f <|constrain|>json x y<|message|>{}",
+        "a <|bogus|> b <|end|> c <|start|>assistant<|chan",
+        "<|channel|>commentary to=functions.f <|constrain|>js",
+    ],
     "pythonic": [
         "[1, 2]",
         "[foo(1)]",
@@ -104,8 +122,19 @@ def tool_samples(fmt: ToolFormat) -> list[str]:
     return [*PLAIN, one, two, unknown, *around, *cut, *TOOL_TEXTS.get(fmt.name, [])]
 
 
+REASONING_EXTRA: dict[str, list[str]] = {
+    "harmony": [
+        "plan<|end|><|start|>assistant<|channel|>final<|message|>The answer.",
+        "plan<|end|><|start|>assistant<|channel|>commentary to=functions.f <|constrain|>json<|message|>{}",
+        "plan<|end|> <|channel|>final<|message|>x",
+        "plan<|end|><|start|>assistant<|chan",
+    ]
+}
+
+
 def reasoning_samples(fmt: ReasoningFormat) -> list[str]:
-    return [t.replace("</think>", fmt.end).replace("<think>", fmt.start) for t in REASONING_TEXTS]
+    texts = [t.replace("</think>", fmt.end).replace("<think>", fmt.start) for t in REASONING_TEXTS]
+    return texts + REASONING_EXTRA.get(fmt.name, [])
 
 
 SAMPLES: dict[str, Callable[[Any], list[str]]] = {"tool_calls": tool_samples, "reasoning": reasoning_samples}

@@ -39,6 +39,8 @@ def test_registry_names_aliases_and_unknown() -> None:
         "qwen3_coder",
         "glm45",
         "deepseek_v31",
+        "kimi_k2",
+        "harmony",
     )
     assert get_format("hermes") is get_format("qwen") and get_format(get_format("llama3")).name == "llama3"
     with pytest.raises(UnknownFormatError) as info:
@@ -70,6 +72,17 @@ def test_formats_are_frozen() -> None:
             "deepseek_v31",
             '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>f<｜tool▁sep｜>{"a": 1}<｜tool▁call▁end｜>'
             "<｜tool▁call▁begin｜>g<｜tool▁sep｜>{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+        ),
+        (  # SGLang's kimik2_detector.py docstring; llama.cpp moonshotai-Kimi-K2-Thinking.jinja (id functions.NAME:IDX)
+            "kimi_k2",
+            '<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{"a": 1}'
+            "<|tool_call_end|><|tool_call_begin|>functions.g:1<|tool_call_argument_begin|>{}<|tool_call_end|>"
+            "<|tool_calls_section_end|>",
+        ),
+        (  # SGLang's gpt_oss_detector.py (to=functions.NAME, <|constrain|>json, <|call|>); calls are separate messages
+            "harmony",
+            '<|channel|>commentary to=functions.f <|constrain|>json<|message|>{"a": 1}<|call|>'
+            "<|start|>assistant<|channel|>commentary to=functions.g <|constrain|>json<|message|>{}<|call|>",
         ),
         (
             "deepseek_v3",
