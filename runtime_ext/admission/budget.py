@@ -1,4 +1,4 @@
-"""Budget admission (issue 21): a request's worst-case KV pages are reserved before it runs
+"""Budget admission: a request's worst-case KV pages are reserved before it runs
 (pure logic: no torch, no sglang).
 
 A request of P prompt tokens that may generate M tokens holds at most

@@ -1,1 +1,1 @@
-"""Prefix reuse with combined-block matching (issue 7)."""
+"""Prefix reuse with combined-block matching."""

@@ -1,4 +1,4 @@
-"""POST /v1/responses on the real engine through the official openai client (issue 20)."""
+"""POST /v1/responses on the real engine through the official openai client."""
 
 from __future__ import annotations
 

@@ -1,12 +1,12 @@
-"""A model that ends its turn after its tool call gets exactly that call back (issue 24).
+"""A model that ends its turn after its tool call gets exactly that call back.
 
 The random tiny Qwen3 (``qwen`` format) never ends a turn by itself, so the requests here go
 through ``scripted_server`` (tests/scripted_serve.py) with ``X-Request-Id: …-scripted``: the
 real sampler gets a logit bias of +100 on the newline token and +50 on the model's stop ids
 (``<|im_end|>``, the EOS SGLang finishes on and gives xgrammar). The bias is added after the
 grammar mask, so inside a call it changes nothing (JSON without free whitespace, EOS masked) and
-the call is the random model's own; once a call is complete the model behaves like the trained
-one in the issue: it writes its natural newline(s) whenever the grammar allows one, then ends
+the call is the random model's own; once a call is complete the model behaves like a trained
+model that stops after its call (Qwen2.5-Coder): it writes its natural newline(s) whenever the grammar allows one, then ends
 its turn whenever the grammar allows that. Before c464344 the newline after ``</tool_call>``
 was the parallel separator (it committed the model to another call, until ``max_tokens``).
 

@@ -1,4 +1,4 @@
-"""After a complete call the model can end its turn (issue 24), in every format and mode.
+"""After a complete call the model can end its turn, in every format and mode.
 
 Real xgrammar on the real tokenizers of the served models, with the stop tokens SGLang
 gives xgrammar (``XGrammarGrammarBackend``: ``TokenizerInfo.from_huggingface`` with the

@@ -1,4 +1,4 @@
-"""The validate stage's output constraints, logprobs and other servers' field names (issue 20)."""
+"""The validate stage's output constraints, logprobs and other servers' field names."""
 
 from __future__ import annotations
 

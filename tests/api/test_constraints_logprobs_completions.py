@@ -1,5 +1,5 @@
-"""Issue 20 on the real engine over HTTP (official openai client): regex / choice / grammar
-outputs, logprobs, /v1/completions and the field names of other servers."""
+"""On the real engine over HTTP (official openai client): regex / choice / grammar outputs,
+logprobs, /v1/completions, the field names of other servers and custom tools."""
 
 from __future__ import annotations
 
