@@ -87,7 +87,11 @@ class SGLangEngine:
         self.death.check()
         try:
             out = await self._engine.async_generate(
-                input_ids=list(plan.input_ids), sampling_params=_sampling_params(plan), rid=rid, **_logprob_args(plan)
+                input_ids=list(plan.input_ids),
+                sampling_params=_sampling_params(plan),
+                rid=rid,
+                **_logprob_args(plan),
+                **_bootstrap_args(plan),
             )
         except asyncio.CancelledError:
             await self.abort(rid)
@@ -137,6 +141,7 @@ class SGLangEngine:
                 rid=rid,
                 stream=True,
                 **_logprob_args(plan),
+                **_bootstrap_args(plan),
             )
             async for out in gen:
                 meta = out["meta_info"]
@@ -221,6 +226,12 @@ def _logprob_args(plan: GenerationPlan) -> dict[str, Any]:
     if plan.prompt_logprobs:
         args["logprob_start_len"] = 0
     return args
+
+
+def _bootstrap_args(plan: GenerationPlan) -> dict[str, Any]:
+    """PD mode: the transfer this engine request is one side of (SGLang's bootstrap_* arguments)."""
+    b = plan.bootstrap
+    return {} if b is None else {"bootstrap_host": b.host, "bootstrap_port": b.port, "bootstrap_room": b.room}
 
 
 def _finish_reason(meta: dict[str, Any], plan: GenerationPlan) -> str:

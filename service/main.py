@@ -53,6 +53,7 @@ async def _load(state: ServiceState, model_dir: Path, on_failure: Any, on_death:
             reasoning=policy,
             vocab_size=info.vocab.vocab_size or len(template.tokenizer),
             kv_pool=_kv_pool(report),
+            disaggregation=state.settings.engine.disaggregation.mode,
         )
         state.pipeline = ChatPipeline(engine, template, limits, state.grammar, g.allow_schema_loosening, formats)
         log.info("engine ready; runtime_ext in scheduler: %s", report)

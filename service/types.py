@@ -209,6 +209,17 @@ class ValidatedRequest:
 
 
 @dataclass(frozen=True)
+    bootstrap: Bootstrap | None = None  # PD mode: the transfer this request is one side of
+
+
+@dataclass(frozen=True)
+class Bootstrap:
+    """A request's side of a prefill/decode transfer, as the PD gateway sent it: the prefill
+    replica's host and bootstrap port, and the transfer's id (the same on both replicas)."""
+
+    host: str
+    port: int
+    room: int
 class PromptIds:
     """The rendered prompt (prompt stage)."""
 
@@ -243,6 +254,7 @@ class GenerationPlan:
 
 
 @dataclass(frozen=True)
+    bootstrap: Bootstrap | None = None  # PD mode: the prefill/decode transfer (one engine request)
 class TokenLogprob:
     """One generated token's logprob (and the top alternatives at its position), as the
     engine computed it: after the grammar mask and temperature (docs/api.md)."""
@@ -304,6 +316,7 @@ class ServingLimits:
 
 
 @dataclass(frozen=True)
+    disaggregation: str | None = None  # "prefill" | "decode": one side of PD (requests carry bootstrap_*)
 class ReasoningPolicy:
     """What the server allows for reasoning (from config and the model's format)."""
 

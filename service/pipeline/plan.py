@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from runtime_ext.admission.budget import largest_max_new
-from service.errors import ContextLengthError
+from service.errors import ContextLengthError, UnsupportedParameterError
 from service.types import (
     DecodeConstraint,
     GenerationPlan,
@@ -39,14 +39,22 @@ def make_plan(
         )
     else:
         max_new = req.max_tokens
+    reasoning = _reasoning(req, max_new)
+    if reasoning is not None and req.bootstrap is not None:
+        raise UnsupportedParameterError(
+            "a thinking turn is two engine requests (reasoning, then the answer), which one prefill/decode "
+            "transfer cannot carry: set 'enable_thinking' to false on this replica",
+            param="enable_thinking",
+        )
     return GenerationPlan(
         input_ids=prompt.token_ids,
         max_new_tokens=max_new,
         sampling=req.sampling,
         constraint=constraint,
-        reasoning=_reasoning(req, max_new),
+        reasoning=reasoning,
         logprobs=req.logprobs,
         prompt_logprobs=req.echo and req.logprobs is not None,
+        bootstrap=req.bootstrap,
     )
 
 

@@ -7,12 +7,14 @@ It also resolves what the later stages need from the served model: the tool-call
 from __future__ import annotations
 
 from service.errors import InvalidRequestError, ModelNotFoundError, UnsupportedParameterError
+from service.pipeline.validate_bootstrap import bootstrap_of
 from service.pipeline.validate_output import output_spec
 from service.pipeline.validate_reasoning import template_kwargs, validate_reasoning
 from service.pipeline.validate_tools import check_tool_results, tool_calls_of, validate_tools
 from service.protocol.completions import CompletionRequest
 from service.protocol.openai import ChatCompletionRequest, ChatMessage
 from service.types import (
+    Bootstrap,
     JsonOutputSpec,
     Message,
     ModelFormats,
@@ -52,6 +54,7 @@ def validate_request(
         reasoning=validate_reasoning(req, limits.reasoning, formats.reasoning, max_tokens, param),
         template_kwargs=template_kwargs(req),
         logprobs=_logprobs(req),
+        bootstrap=bootstrap_of(req, limits.disaggregation, req.n),
     )
 
 
@@ -84,6 +87,7 @@ def validate_completion(req: CompletionRequest, limits: ServingLimits) -> Valida
         logprobs=req.logprobs,
         prompt_param="prompt",
         echo=req.echo,
+        bootstrap=_completion_bootstrap(req, limits.disaggregation),
     )
 
 
@@ -182,3 +186,16 @@ def _n(n: int, max_n: int) -> int:
     if not 1 <= n <= max_n:
         raise UnsupportedParameterError(f"'n' must be between 1 and {max_n} on this server, got {n}", param="n")
     return n
+
+
+def _completion_bootstrap(req: CompletionRequest, mode: str | None) -> Bootstrap | None:
+    """``bootstrap_of`` for completions: in PD mode the prompt must be one prompt (one transfer)."""
+    bootstrap = bootstrap_of(req, mode, req.n)
+    prompts = req.prompt if isinstance(req.prompt, list) and req.prompt and not isinstance(req.prompt[0], int) else [0]
+    if bootstrap is not None and len(prompts) != 1:
+        raise UnsupportedParameterError(
+            f"'prompt' must be one prompt on a {mode} replica (one prefill/decode transfer per request), "
+            f"got {len(prompts)}",
+            param="prompt",
+        )
+    return bootstrap

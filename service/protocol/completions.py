@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from service.protocol.openai import ResponseFormat, StreamOptions, StructuredOutputs, Usage, _Strict
+from service.protocol.openai import BootstrapFields, ResponseFormat, StreamOptions, StructuredOutputs, Usage
 
 
-class CompletionRequest(_Strict):
+class CompletionRequest(BootstrapFields):
     model: str
     prompt: str | list[str] | list[int] | list[list[int]]
     max_tokens: int | None = 16  # OpenAI's default for this endpoint

@@ -170,7 +170,17 @@ class StructuredOutputs(_Strict):
     grammar: str | None = None
 
 
-class ChatCompletionRequest(_Strict):
+class BootstrapFields(_Strict):
+    """What SGLang's gateway (smg ``--pd-disaggregation``) adds to a request it sends to a
+    prefill and a decode replica: where the prefill side's KV is announced and the transfer's
+    id. Accepted only by a replica in a PD mode (``engine.disaggregation.mode``)."""
+
+    bootstrap_host: str | None = None
+    bootstrap_port: int | None = Field(None, ge=1, le=65535)
+    bootstrap_room: int | None = Field(None, ge=0, lt=1 << 63)
+
+
+class ChatCompletionRequest(BootstrapFields):
     model: str
     messages: list[ChatMessage]
     temperature: float | None = Field(None, ge=0, le=2)

@@ -299,3 +299,7 @@ class ResponsesRequest(_Strict):
     repetition_penalty: float | None = Field(None, gt=0, le=2)
     priority: Literal[0] | None = None  # SGLang's priority scheduling is off: only the default 0
     truncation: Literal["disabled"] | None = None
+    # what smg adds in PD mode (service.protocol.openai.BootstrapFields), passed to the chat request
+    bootstrap_host: str | None = None
+    bootstrap_port: int | None = Field(None, ge=1, le=65535)
+    bootstrap_room: int | None = Field(None, ge=0, lt=1 << 63)

@@ -84,6 +84,9 @@ def _sampling(req: ResponsesRequest) -> dict[str, Any]:
         min_p=req.min_p,
         repetition_penalty=req.repetition_penalty,
         max_completion_tokens=req.max_output_tokens,
+        bootstrap_host=req.bootstrap_host,
+        bootstrap_port=req.bootstrap_port,
+        bootstrap_room=req.bootstrap_room,
     )
 
 

@@ -44,6 +44,9 @@ _SAME = frozenset(
         "top_k",
         "min_p",
         "repetition_penalty",
+        "bootstrap_host",
+        "bootstrap_port",
+        "bootstrap_room",
     }
 )
 _RENAMED = {
