@@ -89,7 +89,7 @@ class GrammarSettings(BaseModel):
     allow_schema_loosening: bool = False
     # tool-call and response_format JSON grammars: llguidance when it takes them exactly
     # (compiled lazily, once, in SGLang's scheduler), else xgrammar; "xgrammar": always
-    # xgrammar. Regex, EBNF and Lark patterns stay xgrammar (docs/benchmarks.md, issue 19)
+    # xgrammar. Regex, EBNF and Lark patterns stay xgrammar (docs/benchmarks.md)
     backend: Literal["llguidance", "xgrammar"] = "llguidance"
 
 
