@@ -1,4 +1,4 @@
-"""Admission under KV pressure (issue 21): SGLang's optimistic admission vs the budget, on the
+"""Admission under KV pressure: SGLang's optimistic admission vs the budget, on the
 same request stream against a real ``structserve serve`` (SmolLM2, greedy, streaming).
 
 The stream: ``--requests`` chat requests arriving as a Poisson process (``--rate`` per second),

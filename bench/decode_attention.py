@@ -1,4 +1,4 @@
-"""Batched decode attention vs the per-request loop, per KV mode and batch size (issue 19, parts 1 and 6).
+"""Batched decode attention vs the per-request loop, per KV mode and batch size.
 
 For each KV mode and each attention arm, an in-process ``sglang.Engine`` (SmolLM2-135M, bf16,
 torch_native through runtime_ext's backend) decodes for batches of ``--batches`` requests on the

@@ -1,4 +1,4 @@
-"""Where a grammar's per-token cost goes in SGLang's scheduler (issue 19, part 2), before and after
+"""Where a grammar's per-token cost goes in SGLang's scheduler, before and after
 ``runtime_ext/fixes/grammar_token_sync.py``.
 
 Two servers on SmolLM2 (bf16, overlap scheduler on), one after the other: SGLang's behaviour

@@ -210,7 +210,7 @@ def print_table(model: Path, args: argparse.Namespace, results: dict, kept: int)
     Console(width=200).print(table)
 
 
-# W4A16 g128 (issue 17): round-to-nearest, AWQ, GPTQ (tools/quant/{awq,gptq}.py), each
+# W4A16 g128: round-to-nearest, AWQ, GPTQ (tools/quant/{awq,gptq}.py), each
 # calibrated on the Austen split; the fallback keeps the layers of a W4A16 scan in bf16.
 # name -> (calibrate options, start from the AWQ checkpoint?, served online (RTN) or as the GPTQ export)
 ASYM = ("--method", "gptq", "--act-order", "--asym")

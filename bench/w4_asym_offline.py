@@ -1,4 +1,4 @@
-"""Offline experiment (issue 17): GPTQ W4A16 g128 with a zero point per group (asymmetric INT4)
+"""Offline experiment: GPTQ W4A16 g128 with a zero point per group (asymmetric INT4)
 against the symmetric GPTQ that structserve exports, on SmolLM2 in HF float32.
 
 Written to measure the gain before the served path existed; it now runs ``tools.quant.gptq.gptq``
