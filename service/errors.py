@@ -77,6 +77,15 @@ class EngineError(ServiceError):
     code = "engine_error"
 
 
+class ConversionError(ServiceError):
+    """The chat pipeline's output does not fit the front door's wire format (500: a server-side
+    bug, e.g. a tool call's fragment after the next block began; a stream ends with an error event)."""
+
+    status = 500
+    type = "server_error"
+    code = "conversion_error"
+
+
 class NumericalFaultError(ServiceError):
     """The model's activations for this input went non-finite, or out of the INT8 KV cache's
     range (422: the same input fails the same way, so a client must not retry it unchanged)."""

@@ -38,12 +38,11 @@ STORE = "responses"  # ServiceState.extra key of the ResponseStore (service/main
 
 def open_store(settings: ResponsesSettings) -> ResponseStore:
     """The store ``responses.store`` names (a Redis client connects at its first command)."""
-    if settings.store == "redis":
-        assert settings.redis_url is not None  # settings validation
-        return RedisResponseStore(
-            settings.redis_url, settings.ttl_s, settings.max_entry_bytes, settings.redis_timeout_s
-        )
-    return MemoryResponseStore(settings.ttl_s, settings.max_entry_bytes, settings.max_total_bytes)
+    if settings.store == "memory":
+        return MemoryResponseStore(settings.ttl_s, settings.max_entry_bytes, settings.max_total_bytes)
+    if not settings.redis_url:  # ResponsesSettings validation refuses this; one built around it stops here
+        raise ValueError("responses.store: redis needs responses.redis_url (redis://host:port/db)")
+    return RedisResponseStore(settings.redis_url, settings.ttl_s, settings.max_entry_bytes, settings.redis_timeout_s)
 
 
 def _store(request: Request) -> ResponseStore:

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic_core import from_json
 
+from service.errors import ConversionError
 from service.protocol.anthropic import Message, MessageUsage, OutputBlock, OutText, OutThinking, OutToolUse, StopReason
 from service.protocol.openai import ChatCompletion, ChatCompletionChunk, DeltaToolCall, ToolCall, Usage
 
@@ -69,7 +70,8 @@ def from_completion(completion: ChatCompletion, message_id: str) -> Message:
     if message.content:
         content.append(OutText(text=message.content))
     for call in message.tool_calls or ():
-        assert isinstance(call, ToolCall)  # Messages tools are function tools
+        if not isinstance(call, ToolCall):  # the conversion offers function tools only
+            raise ConversionError(f"the custom tool call {call.custom.name!r} has no Messages block")
         content.append(
             OutToolUse(id=tool_use_id(call.id), name=call.function.name, input=parse_input(call.function.arguments))
         )
@@ -135,34 +137,38 @@ class MessageEventStream:
             {"type": "message_stop"},
         ]
 
-    def _begin(self, kind: Kind, block: dict[str, Any], call_index: int | None = None) -> list[dict[str, Any]]:
+    def _begin(
+        self, kind: Kind, content: dict[str, Any], call_index: int | None = None
+    ) -> tuple[list[dict[str, Any]], _Block]:
         events = self._close()
-        self._open = _Block(kind, self._count, call_index)
+        self._open = block = _Block(kind, self._count, call_index)
         self._count += 1
-        return events + [{"type": "content_block_start", "index": self._open.index, "content_block": block}]
+        return events + [{"type": "content_block_start", "index": block.index, "content_block": content}], block
 
     def _delta(self, kind: Kind, delta: dict[str, Any]) -> list[dict[str, Any]]:
         events: list[dict[str, Any]] = []
-        if self._open is None or self._open.kind != kind:
+        block = self._open
+        if block is None or block.kind != kind:
             empty = OutThinking(thinking="") if kind == "thinking" else OutText(text="")
-            events = self._begin(kind, empty.model_dump())
-        assert self._open is not None
-        return events + [{"type": "content_block_delta", "index": self._open.index, "delta": delta}]
+            events, block = self._begin(kind, empty.model_dump())
+        return events + [{"type": "content_block_delta", "index": block.index, "delta": delta}]
 
     def _call(self, call: DeltaToolCall) -> list[dict[str, Any]]:
         events: list[dict[str, Any]] = []
         name = call.function.name if call.function else None
+        block = self._open
         if call.index not in self._calls:
             self._calls.add(call.index)
             if not call.id or not name:
-                raise ValueError(f"tool call {call.index} began without an id and a name")
-            block = OutToolUse(id=tool_use_id(call.id), name=name, input={}).model_dump()
-            events = self._begin("tool_use", block, call.index)
-        assert self._open is not None
+                raise ConversionError(f"tool call {call.index} began without an id and a name")
+            content = OutToolUse(id=tool_use_id(call.id), name=name, input={}).model_dump()
+            events, block = self._begin("tool_use", content, call.index)
+        elif block is None or block.call_index != call.index:
+            raise ConversionError(f"tool call {call.index} got a fragment after the next block began")
         fragment = (call.function.arguments if call.function else None) or ""
         if fragment:
             delta = {"type": "input_json_delta", "partial_json": fragment}
-            events.append({"type": "content_block_delta", "index": self._open.index, "delta": delta})
+            events.append({"type": "content_block_delta", "index": block.index, "delta": delta})
         return events
 
     def _close(self) -> list[dict[str, Any]]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from service.errors import ConversionError
 from service.pipeline.responses.build_response import (
     ResponseBuilder,
     delta_logprobs,
@@ -122,7 +123,8 @@ class ResponseEventStream:
         """Close the last item and send response.completed (or response.incomplete)."""
         events = self.start()
         if not any(isinstance(i, _ANSWERS) for i in self._output):  # as from_completion: an empty answer
-            events += self._close() + self._open_text("message")
+            events += self._close()
+            self._open_text("message", events)
         status, _ = outcome(self._finish_reason)
         events += self._close("incomplete" if status == "incomplete" else "completed")
         response = self._builder.finish(self._output, self._finish_reason, self._usage, self._model)
@@ -151,22 +153,27 @@ class ResponseEventStream:
             part=part,
         )
 
-    def _open_text(self, kind: Literal["reasoning", "message"]) -> list[ResponseStreamEvent]:
+    def _open_text(self, kind: Literal["reasoning", "message"], events: list[ResponseStreamEvent]) -> _Open:
+        """Open a text item; its added events go onto ``events``."""
         b = self._builder
         item = b.reasoning_item(None) if kind == "reasoning" else b.message_item(None, [], "in_progress")
-        added = self._added(item)
-        self._open = _Open(kind, len(self._output) - 1, item.id)
+        events.append(self._added(item))
+        self._open = opened = _Open(kind, len(self._output) - 1, item.id)
         part = ReasoningText(text="") if kind == "reasoning" else OutputText(text="", logprobs=[])
-        return [added, self._part("added", self._open, part)]
+        events.append(self._part("added", opened, part))
+        return opened
 
     def _text(
         self, kind: Literal["reasoning", "message"], delta: str, logprobs: list[Logprob]
     ) -> list[ResponseStreamEvent]:
-        events = [] if self._open is not None and self._open.kind == kind else self._close() + self._open_text(kind)
-        assert self._open is not None
-        self._open.parts.append(delta)
-        self._open.logprobs += logprobs
-        where = {"item_id": self._open.item_id, "output_index": self._open.index, "content_index": 0}
+        item = self._open
+        events: list[ResponseStreamEvent] = []
+        if item is None or item.kind != kind:
+            events = self._close()
+            item = self._open_text(kind, events)
+        item.parts.append(delta)
+        item.logprobs += logprobs
+        where = {"item_id": item.item_id, "output_index": item.index, "content_index": 0}
         if kind == "reasoning":
             return events + [self._event(ReasoningTextDeltaEvent, delta=delta, **where)]
         return events + [self._event(OutputTextDeltaEvent, delta=delta, logprobs=delta_logprobs(logprobs), **where)]
@@ -174,31 +181,36 @@ class ResponseEventStream:
     def _call(self, call: DeltaToolCall) -> list[ResponseStreamEvent]:
         events: list[ResponseStreamEvent] = []
         kind, name, fragment = _call_delta(call)
+        item = self._open
         if call.index not in self._calls:
-            events += self._close() + self._open_call(call, kind, name)
-        elif self._open is None or self._open.call_index != call.index:
-            raise ValueError(f"tool call {call.index} got a fragment after the next item began")
-        assert self._open is not None
+            events += self._close()
+            item = self._open_call(call, kind, name, events)
+        elif item is None or item.call_index != call.index:
+            raise ConversionError(f"tool call {call.index} got a fragment after the next item began")
         if fragment:
-            self._open.parts.append(fragment)
-            where = {"item_id": self._open.item_id, "output_index": self._open.index}
+            item.parts.append(fragment)
+            where = {"item_id": item.item_id, "output_index": item.index}
             events.append(self._event(ArgumentsDeltaEvent, type=_DELTA_TYPE[kind], delta=fragment, **where))
         return events
 
-    def _open_call(self, call: DeltaToolCall, kind: CallKind, name: str | None) -> list[ResponseStreamEvent]:
-        """A new call: its first fragment carries the id and the name."""
+    def _open_call(
+        self, call: DeltaToolCall, kind: CallKind, name: str | None, events: list[ResponseStreamEvent]
+    ) -> _Open:
+        """A new call: its first fragment carries the id and the name; its added event goes onto ``events``."""
         self._calls.add(call.index)
         if not call.id or not name:
-            raise ValueError(f"tool call {call.index} began without an id and a name")
+            raise ConversionError(f"tool call {call.index} began without an id and a name")
         b = self._builder
         item: OutputItem = (
             b.custom_call_item(call.id, name, "")
             if kind == "custom_tool_call"
             else b.function_call_item(call.id, name, "", "in_progress")
         )
-        added = self._added(item)
-        self._open = _Open(kind, len(self._output) - 1, item.id, call_index=call.index, call_id=call.id, name=name)
-        return [added]
+        events.append(self._added(item))
+        self._open = opened = _Open(
+            kind, len(self._output) - 1, item.id, call_index=call.index, call_id=call.id, name=name
+        )
+        return opened
 
     def _close(self, status: Literal["completed", "incomplete"] = "completed") -> list[ResponseStreamEvent]:
         """The done events of the open item; its final form replaces the announced one."""

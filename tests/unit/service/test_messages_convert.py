@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from service.api.errors import anthropic_body, is_anthropic
-from service.errors import InvalidRequestError
+from service.errors import ConversionError, InvalidRequestError
 from service.pipeline.messages import MessageEventStream, from_completion, to_chat_request
 from service.protocol.anthropic import MessagesRequest
 from service.protocol.openai import ChatCompletion, ChatCompletionChunk
@@ -191,3 +191,19 @@ def test_a_stop_string_is_the_stop_sequence():
     assert (message.stop_reason, message.stop_sequence) == ("stop_sequence", "END")
     eos = done | {"choices": [{"index": 0, "finish_reason": "stop", "message": {"content": "ok"}}]}
     assert from_completion(ChatCompletion.model_validate(eos), "msg_1").stop_reason == "end_turn"
+
+
+def test_a_fragment_for_a_closed_call_or_a_custom_call_is_a_conversion_error():
+    stream = MessageEventStream("msg_1", "m")
+    start = [
+        {"index": i, "id": f"call_{i}", "type": "function", "function": {"name": "f", "arguments": ""}} for i in (0, 1)
+    ]
+    stream.feed(chunk({"tool_calls": start}))
+    with pytest.raises(ConversionError, match="tool call 0"):
+        stream.feed(chunk({"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}))
+    custom = {"id": "call_c", "type": "custom", "custom": {"name": "sh", "input": "ls"}}
+    done = COMPLETION | {
+        "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"content": None, "tool_calls": [custom]}}]
+    }
+    with pytest.raises(ConversionError, match="sh"):
+        from_completion(ChatCompletion.model_validate(done), "msg_1")

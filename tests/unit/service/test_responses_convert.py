@@ -17,7 +17,7 @@ from pydantic import TypeAdapter
 from grammars.errors import GrammarError
 from runtime_ext.formats import get_format
 from runtime_ext.formats.reasoning_formats import QWEN3
-from service.errors import InvalidRequestError, ServiceError, UnsupportedParameterError
+from service.errors import ConversionError, InvalidRequestError, ServiceError, UnsupportedParameterError
 from service.pipeline.constraints import build_constraint
 from service.pipeline.response import ChunkFactory, completion, make_usage
 from service.pipeline.responses import (
@@ -615,5 +615,5 @@ def test_a_fragment_for_a_closed_call_is_a_bug_not_a_quiet_mix():
     stream.feed(
         ChunkFactory("c", 7, "m").event(0, ChoiceEvent(tool_calls=(fn_start(0, "a", "f"), fn_start(1, "b", "g"))))
     )
-    with pytest.raises(ValueError, match="tool call 0"):
+    with pytest.raises(ConversionError, match="tool call 0"):
         stream.feed(ChunkFactory("c", 7, "m").event(0, ChoiceEvent(tool_calls=(fn_args(0, "{}"),))))

@@ -189,3 +189,10 @@ def test_unreachable_redis_is_a_503(tmp_path):
             await store.close()
 
     asyncio.run(never_listened())
+
+
+def test_a_redis_store_without_a_url_stops_naming_the_setting():
+    with pytest.raises(ValueError, match="responses.redis_url"):
+        ResponsesSettings(store="redis")
+    with pytest.raises(ValueError, match="responses.redis_url"):  # built around the validation
+        open_store(ResponsesSettings.model_construct(store="redis", redis_url=None))
