@@ -74,7 +74,7 @@ class Row:
 
 class XGrammar:
     """xgrammar as SGLang builds it (``load_compiler``: same tokenizer info, cache off); with
-    ``policy``, behind the service's fail-closed check (``grammars.json_schema.check_schema``: a
+    ``policy``, behind the service's fail-closed check (``grammars.json_schema.policy.check_schema``: a
     keyword xgrammar would drop or loosen is refused up front), as structserve serves it."""
 
     def __init__(self, loaded: tuple[Any, Any], policy: bool = False) -> None:
@@ -85,8 +85,8 @@ class XGrammar:
         self.name = f"xgrammar {version('xgrammar')}" + (" + structserve policy" if policy else "")
 
     def compile(self, case: Case) -> tuple[Any, list[str]]:
+        from grammars.compile import capture_warnings, compile_text
         from grammars.json_schema import check_schema
-        from grammars.xgrammar_calls import capture_warnings, compile_text
 
         schema = case.schema
         if self.policy and case.xgrammar is None:
@@ -312,7 +312,7 @@ def main() -> None:
     from assets import fetch
 
     model = args.model or fetch().smollm2
-    from grammars.xgrammar_calls import load_compiler
+    from grammars.compile import load_compiler
 
     loaded = load_compiler(model)  # one tokenizer info for both xgrammar rows
     libraries = [XGrammar(loaded), XGrammar(loaded, policy=True), LLGuidance(model)]

@@ -1,6 +1,6 @@
 """Why a compiled grammar is not handed from the service's worker to SGLang (issue 19, part 3).
 
-For each grammar: xgrammar compile time (the service's settings: ``grammars.xgrammar_calls``),
+For each grammar: xgrammar compile time (the service's settings: ``grammars.compile.xgrammar_calls``),
 ``CompiledGrammar.serialize_json`` time and size, ``deserialize_json`` time, and the compiled
 grammar's own memory size. Then where a cold tool-call grammar spends its time: each distinct
 tool schema compiled alone, and bare strings with the keywords that dominate.
@@ -44,9 +44,9 @@ def serialize_rows(compiler, tools: list[int]) -> list[tuple]:
     from structured_overhead import DATA, _many_tools
     from xgrammar import CompiledGrammar
 
+    from grammars.compile import compile_text
     from grammars.json_schema import check_schema
     from grammars.tool_calls import tool_call_constraint
-    from grammars.xgrammar_calls import compile_text
 
     corpus = {e["name"]: e["schema"] for e in json.loads((DATA / "json_schemas.json").read_text())}
     cases = [
@@ -69,8 +69,8 @@ def serialize_rows(compiler, tools: list[int]) -> list[tuple]:
 def breakdown_rows(compiler, n_tools: int) -> list[tuple[str, float]]:
     from structured_overhead import _many_tools
 
+    from grammars.compile import compile_text
     from grammars.tool_calls import tool_call_constraint
-    from grammars.xgrammar_calls import compile_text
 
     distinct = {json.dumps(t.parameters, sort_keys=True): t for t in _many_tools(n_tools)}
     rows = []
@@ -84,7 +84,7 @@ def breakdown_rows(compiler, n_tools: int) -> list[tuple[str, float]]:
 
 def main() -> None:
     from assets import model_dir
-    from grammars.xgrammar_calls import load_compiler
+    from grammars.compile import load_compiler
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tools", type=int, nargs="+", default=[4, 16], help="tool-set sizes to serialize")

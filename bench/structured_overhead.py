@@ -5,7 +5,7 @@
    so both run to exactly ``max_tokens``), alternating, several rounds, at concurrency
    1 and 8. Per-token decode time = (last chunk - first chunk) / (tokens - 1). One server per
    ``--backends`` entry (``grammar.backend``: llguidance, the default, or xgrammar).
-2. Compile: ``grammars.compile.GrammarCompiler`` (the service's bounded compiler, same
+2. Compile: ``grammars.compile.compiler.GrammarCompiler`` (the service's bounded compiler, same
    xgrammar settings as SGLang) over the 37 test schemas: cold compile, then the cached
    lookup; and the tool-call grammar for 64 tools (qwen and generic formats).
 3. ``--engine``: decode 1 again without HTTP or the service (an in-process ``sglang.Engine``,
@@ -127,7 +127,7 @@ ENGINE_SCHEMAS = {  # the counted string of the HTTP bench, and the same object 
 def _engine_constraints() -> dict[str, tuple[str, str]]:
     """Per schema, as SGLang's xgrammar gets it (``json_schema``) and as the service's llguidance
     route sends it (``ebnf``: the Lark grammar ``runtime_ext.grammar_route`` hands to llguidance)."""
-    from grammars.llguidance_lark import json_schema_to_lark
+    from grammars.compile import json_schema_to_lark
 
     out = {}
     for name, schema in ENGINE_SCHEMAS.items():

@@ -57,9 +57,8 @@ def library_table(model: Path, n_tools: int) -> Table:
     from llguidance import grammar_from
     from sglang.srt.constrained.llguidance_backend import GuidanceBackend
 
-    from grammars.llguidance_route import LarkRouter
+    from grammars.compile import LarkRouter, load_compiler
     from grammars.tool_calls import tool_call_constraint
-    from grammars.xgrammar_calls import load_compiler
 
     _, compiler = load_compiler(model)
     router = LarkRouter(model / "tokenizer.json")  # built once, at the service's startup
@@ -108,7 +107,7 @@ def _one_token(server: ServerProcess, tools: list[dict], parallel: bool) -> tupl
 
 
 def _max_length(schema: object) -> int:
-    from grammars.canonical import iter_subschemas
+    from grammars.json_schema import iter_subschemas
 
     lengths = [n.value.get("maxLength", 0) for n in iter_subschemas(schema or {}) if isinstance(n.value, dict)]
     return max([0, *lengths])

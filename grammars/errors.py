@@ -147,7 +147,7 @@ class UnsatisfiableSchemaError(GrammarError):
 
 class UncheckablePatternError(GrammarError):
     """A ``pattern`` or ``patternProperties`` regex the service cannot match in linear time
-    (``grammars.patterns``: a backreference, a lookaround, a program too large for RE2).
+    (``grammars.json_schema.patterns``: a backreference, a lookaround, a program too large for RE2).
     Refused loosening or not: every pattern is matched again when the output is validated."""
 
     code = "unsupported_pattern"
@@ -188,7 +188,7 @@ class UnsupportedGrammarError(GrammarError):
 
 class CompilerBusyError(Exception):
     """Not a ``GrammarError``: the compile had CPU budget left when its wall-time cap passed,
-    so the machine is overloaded, not the schema too complex (``grammars.worker_clock``).
+    so the machine is overloaded, not the schema too complex (``grammars.compile.worker_clock``).
     The service answers 503 with Retry-After."""
 
     def __init__(self, message: str) -> None:

@@ -5,7 +5,7 @@ starts it with xgrammar. xgrammar builds a token mask for every counted position
 bounded string when it compiles, so a 64-tool call grammar takes seconds; llguidance
 builds masks as the parser reaches them (docs/benchmarks.md, issue 19 parts 3 and 4).
 The service therefore sends tool-call grammars as llguidance Lark
-(``grammars.llguidance_lark``), under SGLang's ``ebnf`` key.
+(``grammars.compile.llguidance_lark``), under SGLang's ``ebnf`` key.
 
 AROUND hooks on SGLang's own ``XGrammarGrammarBackend``:
 - ``__init__``: also starts building an llguidance backend for the same tokenizer, vocab size
@@ -47,7 +47,7 @@ from runtime_ext.state import GrammarStats
 logger = logging.getLogger(__name__)
 TARGET = "sglang.srt.constrained.xgrammar_backend.XGrammarGrammarBackend"
 LARK_HEADER = "%llguidance {}\n"
-"""First line of every grammar ``grammars.llguidance_lark`` builds: llguidance's own marker, and
+"""First line of every grammar ``grammars.compile.llguidance_lark`` builds: llguidance's own marker, and
 how ``dispatch_ebnf`` tells an llguidance grammar from xgrammar EBNF."""
 _GUIDANCE = "_structserve_guidance"
 FALLBACK_LINE = "// xgrammar fallback: "

@@ -4,11 +4,11 @@ the plan stage): ahead-of-engine grammar compilation, bounded time, cached, off 
 SGLang compiles a request's grammar inside its scheduler with no time bound; an
 invalid or pathological schema there has crashed engines elsewhere. The service
 therefore compiles every constraint first with the same xgrammar settings, in a
-worker process it can kill (grammars/compile.py); only constraints that compile
+worker process it can kill (grammars/compile/compiler.py); only constraints that compile
 reach the engine, and SGLang's own grammar cache then makes its compile cheap.
 
 With ``grammar.backend: llguidance`` a tool-call grammar or JSON schema that llguidance takes
-exactly (``grammars/llguidance_route.py``) skips that compile: it is translated and validated
+exactly (``grammars/compile/llguidance_route.py``) skips that compile: it is translated and validated
 here (no tokenizer, tens of ms) and built once, lazily, in the scheduler. llguidance works
 under its own per-step limits (``LLParserLimits``), and a limit hit mid-generation ends that
 request (``runtime_ext/grammar_route.py``), so no unbounded compile runs in the scheduler.
@@ -25,9 +25,8 @@ import logging
 from dataclasses import replace
 from pathlib import Path
 
-from grammars.compile import CompileStats
+from grammars.compile import CompileStats, VocabFacts
 from grammars.errors import CompilerBusyError, GrammarError
-from grammars.xgrammar_calls import VocabFacts
 from runtime_ext.grammar_route import with_fallback
 from service.errors import CompilerBusyServiceError
 from service.metrics import GRAMMAR_CACHE, GRAMMAR_COMPILE_SECONDS, GRAMMAR_FALLBACKS
@@ -46,8 +45,7 @@ class GrammarService:
         cache_size: int,
         backend: str = "xgrammar",
     ):
-        from grammars.compile import GrammarCompiler
-        from grammars.llguidance_route import LarkRouter
+        from grammars.compile import GrammarCompiler, LarkRouter
 
         self._compiler = GrammarCompiler(tokenizer_dir, vocab, timeout_s=timeout_s, cache_size=cache_size)
         llguidance = backend == "llguidance"

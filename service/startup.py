@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from grammars.xgrammar_calls import VocabFacts
+from grammars.compile import VocabFacts
 from runtime_ext.config import RuntimeExtConfig, resolve_rotation
 from runtime_ext.kv_cache.calibration import Calibration, load_calibration
 from runtime_ext.kv_cache.sizing import cell_bytes, tokens_for_budget

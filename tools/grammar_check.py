@@ -3,7 +3,7 @@ accept given instances token by token?
 
 ``grammar_app`` is a Typer app (``tools/cli.py`` mounts it as ``structserve grammar``).
 The check runs the fail-closed policy (``check_schema``), compiles in-process with the
-exact xgrammar calls the engine uses (``grammars.compile``), serializes each instance
+exact xgrammar calls the engine uses (``grammars.compile.compiler``), serializes each instance
 the way that grammar emits JSON (``grammar_text``), tokenizes it, and walks a
 ``GrammarMatcher`` through the token ids (each must be allowed by the mask) and a stop
 token. Exit code 0 only if the schema compiles and every instance is accepted.
@@ -21,7 +21,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from grammars.canonical import deref, json_equal
+from grammars.json_schema import deref, json_equal
 
 __all__ = ["TokenWalk", "grammar_app", "grammar_text", "walk_tokens"]
 
@@ -233,7 +233,7 @@ def _report_error(exc: Any) -> None:
 
 def _compile(canonical: str, tokenizer_dir: Path | None) -> tuple[Any, Any]:
     """Compile in-process like the engine; exit 1 with xgrammar's message on failure."""
-    from grammars.xgrammar_calls import capture_warnings, compile_text, load_compiler
+    from grammars.compile import capture_warnings, compile_text, load_compiler
 
     if tokenizer_dir is None:
         from assets import model_dir

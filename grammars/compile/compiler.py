@@ -5,9 +5,9 @@ xgrammar calls and flags: ``any_whitespace=False`` because the service starts SG
 with ``constrained_json_disable_any_whitespace=True``; ``strict_mode`` and
 ``max_whitespace_cnt`` left at their defaults, as SGLang does) in a persistent worker
 subprocess (multiprocessing *spawn*), so a slow compile is killed once it has used the CPU
-it would need for ``timeout_s`` on an idle machine (``grammars.worker_clock``: a busy machine
+it would need for ``timeout_s`` on an idle machine (``grammars.compile.worker_clock``: a busy machine
 is a 503, not the schema's fault) and a crashing one costs only the worker. This module imports no xgrammar at import
-time; only the worker does (through ``grammars.xgrammar_calls``).
+time; only the worker does (through ``grammars.compile.xgrammar_calls``).
 
 Errors: ``SchemaTooComplexError`` on timeout, ``CompilerBusyError`` when the worker gets too
 little CPU to finish, ``GrammarCompileError`` when xgrammar
@@ -15,7 +15,7 @@ rejects the text or the worker dies, ``UnsupportedKeywordError`` when xgrammar w
 that it drops a constraint, ``UnsatisfiableSchemaError`` when the compiled grammar
 allows no first token (xgrammar compiles a ``$ref`` loop that consumes nothing, then
 SGLang aborts the request on its first token); the last two are backstops behind
-``grammars.json_schema``. Deterministic failures are cached like successes; timeouts
+``grammars.json_schema.policy``. Deterministic failures are cached like successes; timeouts
 and crashes are not.
 """
 
@@ -30,6 +30,15 @@ from pathlib import Path
 from typing import Any
 
 from grammars.bounded_cache import CACHE_BYTES, BoundedCache, text_bytes
+from grammars.compile.worker_clock import cpu_seconds, wait_reply
+from grammars.compile.xgrammar_calls import (
+    Kind,
+    VocabFacts,
+    accepts_a_first_token,
+    capture_warnings,
+    compile_text,
+    load_compiler,
+)
 from grammars.errors import (
     CompilerBusyError,
     GrammarCompileError,
@@ -38,15 +47,6 @@ from grammars.errors import (
     UnsatisfiableSchemaError,
     Unsupported,
     UnsupportedKeywordError,
-)
-from grammars.worker_clock import cpu_seconds, wait_reply
-from grammars.xgrammar_calls import (
-    Kind,
-    VocabFacts,
-    accepts_a_first_token,
-    capture_warnings,
-    compile_text,
-    load_compiler,
 )
 
 __all__ = ["CompileStats", "GrammarCompiler"]

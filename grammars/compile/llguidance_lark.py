@@ -2,10 +2,10 @@
 
 Pure: builds text only (imports neither torch, sglang, fastapi nor llguidance).
 
-``grammars.tool_calls`` builds an xgrammar structural tag; xgrammar builds a token mask
+``grammars.tool_calls.constraint`` builds an xgrammar structural tag; xgrammar builds a token mask
 for every counted position of a bounded string up front (a 64-tool set takes seconds,
 docs/benchmarks.md, issue 19 part 3), while llguidance builds masks as the parser reaches
-them. This module translates the structural-tag elements ``grammars.tool_calls`` emits
+them. This module translates the structural-tag elements ``grammars.tool_calls.constraint`` emits
 into one Lark grammar for llguidance 1.9.1 (its docs/syntax.md):
 
 - ``const_string`` -> a string literal; where it spells an added token of the tokenizer that
@@ -41,7 +41,7 @@ import json
 import re
 from typing import Any, Mapping
 
-from grammars.canonical import iter_subschemas
+from grammars.json_schema.canonical import iter_subschemas
 from runtime_ext.grammar_route import LARK_HEADER
 
 __all__ = [

@@ -2,7 +2,7 @@
 
 ``LarkRouter.route(kind, text)`` returns the llguidance Lark grammar to send instead of a
 tool-call structural tag or a ``response_format`` JSON schema, or None to keep xgrammar:
-- None when ``grammars.llguidance_lark`` cannot translate it (an EBNF element, a keyword
+- None when ``grammars.compile.llguidance_lark`` cannot translate it (an EBNF element, a keyword
   outside ``ROUTED_KEYWORDS``);
 - None when llguidance itself refuses it or warns (``LLMatcher.validate_grammar_with_warnings``
   without a tokenizer: the grammar is parsed and its JSON schemas translated, no token mask
@@ -22,7 +22,7 @@ import logging
 from pathlib import Path
 
 from grammars.bounded_cache import CACHE_BYTES, BoundedCache, text_bytes
-from grammars.llguidance_lark import NotExpressible, json_schema_to_lark, structural_tag_to_lark, text_tokens
+from grammars.compile.llguidance_lark import NotExpressible, json_schema_to_lark, structural_tag_to_lark, text_tokens
 
 __all__ = ["LarkRouter"]
 

@@ -24,7 +24,7 @@ from grammars.errors import CompilerBusyError
 
 COMPILE_THREADS = 8
 """Threads the worker's ``xgrammar.GrammarCompiler`` may use (xgrammar's default, passed
-explicitly by ``grammars.xgrammar_calls.load_compiler``)."""
+explicitly by ``grammars.compile.xgrammar_calls.load_compiler``)."""
 
 WALL_CAP_FACTOR = 6.0
 """Wall time a compile may wait for its CPU budget, as a multiple of ``timeout_s``."""

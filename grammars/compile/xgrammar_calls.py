@@ -4,7 +4,7 @@
 dispatches a grammar kind the way SGLang does; ``accepts_a_first_token`` checks that a fresh
 matcher allows something; ``capture_warnings`` collects the constraints xgrammar drops (its
 C++ logger writes them to fd 2). Used by the service's compile worker
-(``grammars.compile``) and the offline grammar check. Imports xgrammar only when called.
+(``grammars.compile.compiler``) and the offline grammar check. Imports xgrammar only when called.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def load_compiler(tokenizer_dir: Path, vocab: VocabFacts | None = None) -> tuple
         vocab_size=facts.vocab_size,
         stop_token_ids=list(facts.stop_ids) if facts.stop_ids is not None else None,
     )
-    from grammars.worker_clock import COMPILE_THREADS
+    from grammars.compile.worker_clock import COMPILE_THREADS
 
     return tokenizer, xgrammar.GrammarCompiler(info, max_threads=COMPILE_THREADS, cache_enabled=False)
 

@@ -1,6 +1,6 @@
 """The keyword table: what xgrammar 0.2.7 (as SGLang 0.5.23 calls it) enforces, per
 JSON-Schema keyword, with the condition under which it is exact. Pure data; the evidence
-is in grammars/KEYWORDS.md and tests/grammars/. Used by grammars/json_schema.py."""
+is in grammars/KEYWORDS.md and tests/grammars/. Used by grammars/json_schema/policy.py."""
 
 from __future__ import annotations
 

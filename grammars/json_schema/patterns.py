@@ -25,8 +25,8 @@ from __future__ import annotations
 from typing import Any
 
 from grammars.bounded_cache import BoundedCache, text_bytes
-from grammars.canonical import iter_subschemas
 from grammars.errors import UncheckablePatternError
+from grammars.json_schema.canonical import iter_subschemas
 
 __all__ = ["MAX_MEM", "PatternError", "check_patterns", "compile_pattern", "search", "to_re2"]
 

@@ -14,7 +14,7 @@ Decisions:
   handles them (``false`` elsewhere fails at compile: ``GrammarCompileError``).
 - ``$ref``: only ``#/...`` pointers through object members without ``~``/``%``
   escapes; recursion through ``$defs`` is supported as long as every subschema the
-  grammar reaches has a finite instance (``grammars.productive``): a loop of
+  grammar reaches has a finite instance (``grammars.json_schema.productive``): a loop of
   references that consumes nothing (``a -> b -> a``) or a required recursion is
   ``UnsatisfiableSchemaError``, loosening or not. ``"#"`` (root recursion: xgrammar's
   token mask then refuses valid tokens) and other ``#...`` fragments (anchors) are
@@ -31,13 +31,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from grammars.canonical import (
-    Node,
-    canonical_json,
-    iter_subschemas,
-    json_depth_exceeds,
-    resolve_pointer,
-)
 from grammars.errors import (
     InvalidSchemaError,
     RemoteRefError,
@@ -45,11 +38,18 @@ from grammars.errors import (
     Unsupported,
     UnsupportedKeywordError,
 )
-from grammars.keywords import KEYWORDS, SGLANG_FORMATS, KeywordSupport
-from grammars.patterns import check_patterns
-from grammars.productive import check_productive
-from grammars.schema_access import member_dict
-from grammars.schema_rules import node_problems
+from grammars.json_schema.access import member_dict
+from grammars.json_schema.canonical import (
+    Node,
+    canonical_json,
+    iter_subschemas,
+    json_depth_exceeds,
+    resolve_pointer,
+)
+from grammars.json_schema.keywords import KEYWORDS, SGLANG_FORMATS, KeywordSupport
+from grammars.json_schema.patterns import check_patterns
+from grammars.json_schema.productive import check_productive
+from grammars.json_schema.rules import node_problems
 
 __all__ = [
     "JSON_OBJECT_SCHEMA",
@@ -114,7 +114,7 @@ def check_schema(schema: Any, *, limits: SchemaLimits = SchemaLimits(), allow_lo
     ``allow_loosening``, ``UnsupportedKeywordError`` listing every unsupported keyword
     occurrence (with ``allow_loosening`` those are removed from a copy instead and
     listed in ``CheckedSchema.loosened``); ``UncheckablePatternError`` for a regex RE2
-    cannot run (``grammars.patterns``); last, ``UnsatisfiableSchemaError`` when a
+    cannot run (``grammars.json_schema.patterns``); last, ``UnsatisfiableSchemaError`` when a
     subschema the grammar reaches has no finite instance. Never mutates ``schema``;
     milliseconds for schemas within the default limits.
     """

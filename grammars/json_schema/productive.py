@@ -26,13 +26,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from grammars.canonical import escape_token, iter_subschemas
 from grammars.errors import UnsatisfiableSchemaError
-from grammars.schema_access import member_dict, member_list
+from grammars.json_schema.access import member_dict, member_list
+from grammars.json_schema.canonical import escape_token, iter_subschemas
 
 __all__ = ["Unproductive", "check_productive", "find_unproductive"]
 
-_APPLICATORS = ("$ref", "anyOf", "oneOf", "allOf")  # xgrammar's order (grammars.keywords)
+_APPLICATORS = ("$ref", "anyOf", "oneOf", "allOf")  # xgrammar's order (grammars.json_schema.keywords)
 _OBJECT_INFERRED_BY = ("properties", "additionalProperties")
 _ARRAY_INFERRED_BY = ("items", "prefixItems")
 _OBJECT_CHILDREN = ("additionalProperties", "unevaluatedProperties", "propertyNames")
@@ -87,7 +87,7 @@ def find_unproductive(schema: dict[str, Any]) -> Unproductive | None:
 
 def check_productive(schema: dict[str, Any]) -> None:
     """``UnsatisfiableSchemaError`` for the first subschema the grammar reaches that no
-    finite value matches (``grammars.productive``)."""
+    finite value matches (``grammars.json_schema.productive``)."""
     found = find_unproductive(schema)
     if found is None:
         return

@@ -1,4 +1,4 @@
-"""Per-subschema rules of the keyword policy (``grammars.json_schema.check_schema``).
+"""Per-subschema rules of the keyword policy (``grammars.json_schema.policy.check_schema``).
 
 Pure: imports neither torch, sglang, fastapi nor xgrammar. ``node_problems`` lists
 what xgrammar would not enforce exactly in one subschema object; the evidence for
@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from grammars.canonical import Node, branches_disjoint, pattern_problem
 from grammars.errors import Unsupported
-from grammars.keywords import (
+from grammars.json_schema.access import member_dict, member_list
+from grammars.json_schema.canonical import Node, branches_disjoint, pattern_problem
+from grammars.json_schema.keywords import (
     _APPLICATORS,
     _INFERRED_BY,
     _NAME_KEYWORDS,
@@ -22,8 +23,7 @@ from grammars.keywords import (
     KEYWORDS,
     SGLANG_FORMATS,
 )
-from grammars.patterns import PatternError, search
-from grammars.schema_access import member_dict, member_list
+from grammars.json_schema.patterns import PatternError, search
 
 
 def node_problems(node: Node, root: dict[str, Any]) -> list[Unsupported]:
@@ -234,7 +234,7 @@ def _pattern_properties_problem(patterns: dict[str, Any], props: dict[str, Any])
 
 def _value_problems(value: dict[str, Any], pointer: str, root: Any) -> list[Unsupported]:
     """enum/const values must satisfy their siblings (xgrammar emits only the values)."""
-    from grammars.validation import LinearValidator
+    from grammars.json_schema.validation import LinearValidator
 
     out = []
     for key in ("const", "enum"):

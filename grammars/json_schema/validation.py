@@ -3,7 +3,7 @@
 ``LinearValidator`` is jsonschema's ``Draft202012Validator`` with the four keywords that match a
 schema's regexes replaced (``jsonschema.validators.extend``): ``pattern``, ``patternProperties``,
 ``additionalProperties`` and ``unevaluatedProperties`` (the last two skip keys a
-``patternProperties`` regex matches). Each uses ``grammars.patterns.search`` instead of Python's
+``patternProperties`` regex matches). Each uses ``grammars.json_schema.patterns.search`` instead of Python's
 ``re``, so validating a value takes time linear in it whatever the patterns. A pattern RE2 cannot
 run (refused by the policy before this point) fails validation with a message saying so.
 Everything else is jsonschema's own code.
@@ -17,7 +17,7 @@ from typing import Any
 from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import ValidationError
 
-from grammars.patterns import PatternError, search
+from grammars.json_schema.patterns import PatternError, search
 
 __all__ = ["LinearValidator", "first_error"]
 

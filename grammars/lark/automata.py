@@ -1,4 +1,4 @@
-"""Finite automata of terminals (pure): what the lexing check of ``grammars.lark_lexing``
+"""Finite automata of terminals (pure): what the lexing check of ``grammars.lark.lexing``
 needs to know about a terminal's language.
 
 A terminal's tree becomes a Glushkov automaton (one state per character position, no empty
@@ -15,7 +15,7 @@ from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from grammars.lark_nodes import Alt, Chars, Name, Node, Ranges, Repeat, Seq, Text, complement, intersect, normalize
+from grammars.lark.nodes import Alt, Chars, Name, Node, Ranges, Repeat, Seq, Text, complement, intersect, normalize
 
 __all__ = ["TerminalFacts", "TooComplex", "terminal_facts"]
 

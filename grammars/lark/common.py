@@ -18,8 +18,8 @@ from __future__ import annotations
 from functools import cache
 
 from grammars.errors import GrammarSyntaxError, UnsupportedGrammarError
-from grammars.lark_nodes import Alt, Name, Node, Repeat, Seq
-from grammars.lark_syntax import Definition, LarkGrammar, parse_lark
+from grammars.lark.nodes import Alt, Name, Node, Repeat, Seq
+from grammars.lark.syntax import Definition, LarkGrammar, parse_lark
 
 __all__ = ["COMMON_NAMESPACE", "resolve"]
 

@@ -17,12 +17,12 @@ import re
 from dataclasses import replace
 from typing import Literal
 
-from grammars.lark_common import resolve
-from grammars.lark_ebnf import emit_grammar, literal, node_ebnf, reachable
-from grammars.lark_lexing import check_lexing
-from grammars.lark_nodes import ANY, Alt, Chars, Name, Node, Repeat, Seq, Text, Token, complement, intersect, normalize
-from grammars.lark_regex import parse_regex
-from grammars.lark_syntax import LarkGrammar, parse_lark
+from grammars.lark.common import resolve
+from grammars.lark.ebnf import emit_grammar, literal, node_ebnf, reachable
+from grammars.lark.lexing import check_lexing
+from grammars.lark.nodes import ANY, Alt, Chars, Name, Node, Repeat, Seq, Text, Token, complement, intersect, normalize
+from grammars.lark.regex import parse_regex
+from grammars.lark.syntax import LarkGrammar, parse_lark
 
 __all__ = ["ARGUMENTS_PREFIX", "ARGUMENTS_SUFFIX", "custom_arguments_ebnf", "json_escaped"]
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from grammars.lark_nodes import Alt, Chars, Name, Node, Ranges, Repeat, Seq, Text
-from grammars.lark_syntax import LarkGrammar
+from grammars.lark.nodes import Alt, Chars, Name, Node, Ranges, Repeat, Seq, Text
+from grammars.lark.syntax import LarkGrammar
 
 __all__ = ["IGNORE_RULE", "emit_grammar", "literal", "node_ebnf", "reachable", "rule_name", "utf8_pieces"]
 

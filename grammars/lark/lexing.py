@@ -6,7 +6,7 @@ expected as far as it can, and never re-splits. The translated grammar may split
 admit the same strings when no terminal T can go on with a character that can also start a
 terminal U allowed right after T (``%ignore`` terminals included): then the longest match of T
 ends exactly where the translation's T ends (Lark's match is the longest one except in the case
-documented in ``grammars.lark``: Python's backtracking order). This module computes, for each
+documented in ``grammars.lark.translate``: Python's backtracking order). This module computes, for each
 terminal used, the terminals that can follow it, and refuses any overlap, with two exceptions
 where merging does not change the strings accepted:
 
@@ -26,9 +26,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from grammars.errors import UnsupportedGrammarError
-from grammars.lark_automata import MAX_STATES, TerminalFacts, TooComplex, terminal_facts
-from grammars.lark_nodes import Alt, Name, Node, Repeat, Seq, Token, intersect
-from grammars.lark_syntax import LarkGrammar
+from grammars.lark.automata import MAX_STATES, TerminalFacts, TooComplex, terminal_facts
+from grammars.lark.nodes import Alt, Name, Node, Repeat, Seq, Token, intersect
+from grammars.lark.syntax import LarkGrammar
 
 __all__ = ["check_lexing"]
 

@@ -7,8 +7,8 @@ import ast
 import warnings
 
 from grammars.errors import GrammarSyntaxError, UnsupportedGrammarError
-from grammars.lark_nodes import Chars, Node, Seq, Text, fold_ascii_case, normalize
-from grammars.lark_regex import parse_regex
+from grammars.lark.nodes import Chars, Node, Seq, Text, fold_ascii_case, normalize
+from grammars.lark.regex import parse_regex
 
 __all__ = ["lark_unescape", "range_node", "regex_node", "string_node", "syntax_error", "unsupported"]
 

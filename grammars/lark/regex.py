@@ -18,7 +18,7 @@ import re
 import unicodedata
 
 from grammars.errors import GrammarSyntaxError, UnsupportedGrammarError
-from grammars.lark_nodes import (
+from grammars.lark.nodes import (
     ANY,
     Alt,
     Chars,

@@ -1,5 +1,5 @@
 """Lark grammar text → definitions (pure): the tokenizer and the statement parser (literals:
-``grammars.lark_literals``). Constructs outside the translated subset are refused where they
+``grammars.lark.literals``). Constructs outside the translated subset are refused where they
 are read (``UnsupportedGrammarError``); text that is not Lark raises ``GrammarSyntaxError``."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from grammars.lark_literals import range_node, regex_node, string_node, syntax_error, unsupported
-from grammars.lark_nodes import Alt, Name, Node, Repeat, Seq, Token
+from grammars.lark.literals import range_node, regex_node, string_node, syntax_error, unsupported
+from grammars.lark.nodes import Alt, Name, Node, Repeat, Seq, Token
 
 __all__ = ["Definition", "LarkGrammar", "parse_lark"]
 

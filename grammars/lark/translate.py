@@ -17,8 +17,8 @@ Lark's Earley parser and dynamic lexer as the reference semantics):
   terminals ``NAME: ...`` (priorities ignored likewise), continuation lines ``| ...``, comments
   ``//`` and ``#``, ``start`` as the start rule;
 - ``|``, ``( )``, ``[ ]``, ``?``, ``*``, ``+``, ``~ n``, ``~ n..m``; strings with Lark's escapes and the
-  ``i`` flag (ASCII letters); ranges ``"a".."z"``; ``/regex/flags`` (``grammars.lark_regex``);
-- ``%import common.NAME [-> ALIAS]`` and ``%import common (A, B)`` (``grammars.lark_common``);
+  ``i`` flag (ASCII letters); ranges ``"a".."z"``; ``/regex/flags`` (``grammars.lark.regex``);
+- ``%import common.NAME [-> ALIAS]`` and ``%import common (A, B)`` (``grammars.lark.common``);
 - ``%ignore``: the ignored terminals may appear, any number of times, between any two items of
   a rule's expansion (at every nesting level, and between repetitions) and before and after
   ``start``; never inside a terminal.
@@ -31,7 +31,7 @@ Lexing. The translation is a character-level grammar; Lark lexes: at each point 
 expected terminal (and each ``%ignore`` terminal) as far as it can and never re-splits. For
 terminals that overlap (``WORD WORD`` on ``"ab"``; ``"a" " b"`` with ``%ignore WS`` on
 ``"a  b"``) the translation would admit strings Lark rejects, so such grammars are refused
-(``grammars.lark_lexing``: a terminal that can go on with a character that can start what may
+(``grammars.lark.lexing``: a terminal that can go on with a character that can start what may
 follow it). One known difference is left, documented rather than detected: Lark compiles a
 terminal into a Python regex and takes the first match Python's backtracking finds
 (alternatives in order, quantifiers greedy), which is not always the longest: on ``ab``, Lark
@@ -46,11 +46,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from grammars.errors import GrammarSyntaxError, UnsupportedGrammarError
-from grammars.lark_common import resolve
-from grammars.lark_ebnf import emit_grammar, literal, node_ebnf, reachable
-from grammars.lark_lexing import check_lexing
-from grammars.lark_regex import parse_regex
-from grammars.lark_syntax import parse_lark
+from grammars.lark.common import resolve
+from grammars.lark.ebnf import emit_grammar, literal, node_ebnf, reachable
+from grammars.lark.lexing import check_lexing
+from grammars.lark.regex import parse_regex
+from grammars.lark.syntax import parse_lark
 
 __all__ = ["choice_to_ebnf", "is_probably_lark", "lark_to_ebnf", "regex_to_ebnf"]
 

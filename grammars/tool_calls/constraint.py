@@ -46,8 +46,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, Mapping, Sequence
 
-from grammars.pythonic import pythonic_arguments, pythonic_free_text
-from grammars.xml_calls import xml_arguments
+from grammars.tool_calls.pythonic import pythonic_arguments, pythonic_free_text
+from grammars.tool_calls.xml_calls import xml_arguments
 from runtime_ext.formats import CallStyle, ToolFormat, call_frame, get_format, group_frame
 
 Mode = Literal["auto", "required", "named"]
@@ -65,7 +65,7 @@ CALL_WHITESPACE_LIMIT = 2
 class ToolSpec:
     """A function the model may call. ``parameters`` None means no arguments (``{}``).
     ``arguments_ebnf``: the arguments' own grammar instead of ``parameters`` (a custom tool's
-    ``{"input": …}``, ``grammars.custom_tool_json``); JSON call formats only."""
+    ``{"input": …}``, ``grammars.lark.custom_tool_json``); JSON call formats only."""
 
     name: str
     parameters: Mapping[str, Any] | None = None
@@ -99,7 +99,7 @@ def _json(schema: Mapping[str, Any], json_grammar: JsonGrammar | None) -> dict[s
 
 
 def _xml_tag(fmt: ToolFormat, tool: ToolSpec, json_grammar: JsonGrammar | None) -> dict[str, Any]:
-    """One XML_PARAMS call (``grammars.xml_calls``); no arguments: at most one whitespace."""
+    """One XML_PARAMS call (``grammars.tool_calls.xml_calls``); no arguments: at most one whitespace."""
     if tool.arguments_ebnf is not None:
         raise ToolConstraintError(f"tool {tool.name!r}: a grammar for the arguments needs a JSON call format")
     arguments = xml_arguments(fmt, tool.name, tool.parameters, lambda s: _json(s, json_grammar))
@@ -241,9 +241,9 @@ def tool_call_constraint(
     free text.
 
     Raises :class:`ToolConstraintError` for bad input and, for pythonic,
-    :class:`grammars.pythonic.PythonicSchemaError` for a tool name or schema outside
+    :class:`grammars.tool_calls.pythonic.PythonicSchemaError` for a tool name or schema outside
     what Python keyword arguments can carry (``pointer`` locates it); for the XML
-    formats, :class:`grammars.xml_calls.XmlSchemaError` likewise.
+    formats, :class:`grammars.tool_calls.xml_calls.XmlSchemaError` likewise.
     Deterministic: equal inputs give equal strings (SGLang caches by the string).
     """
     fmt = get_format(fmt)

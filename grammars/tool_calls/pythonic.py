@@ -1,7 +1,7 @@
 """The pythonic tool-call grammar: keyword arguments as Python literals, per schema.
 
 Pure: builds EBNF text only (imports neither torch, sglang, fastapi nor xgrammar).
-``grammars.tool_calls`` puts one ``name(`` ... ``)`` tag per tool around
+``grammars.tool_calls.constraint`` puts one ``name(`` ... ``)`` tag per tool around
 :func:`pythonic_arguments` (a structural-tag ``grammar`` element).
 
 The literals admitted are exactly ones ``ast.literal_eval`` reads back as the JSON

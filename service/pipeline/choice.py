@@ -14,7 +14,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field, replace
 
-from grammars.custom_tool_json import InputStream
+from grammars.lark import InputStream
 from runtime_ext.formats import ReasoningFormat
 from runtime_ext.parsers import ParseEvent, ReasoningEvent, ReasoningParser, ToolCallParser
 from service.pipeline.output_validation import validate_calls, validate_output

@@ -13,13 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from grammars.custom_tool_json import custom_arguments_ebnf
 from grammars.errors import GrammarError
 from grammars.json_schema import JSON_OBJECT_SCHEMA, CheckedSchema, check_schema
-from grammars.lark import choice_to_ebnf, is_probably_lark, lark_to_ebnf
-from grammars.pythonic import PythonicSchemaError
-from grammars.tool_calls import ToolSpec, tool_call_constraint
-from grammars.xml_calls import XmlSchemaError
+from grammars.lark import choice_to_ebnf, custom_arguments_ebnf, is_probably_lark, lark_to_ebnf
+from grammars.tool_calls import PythonicSchemaError, ToolSpec, XmlSchemaError, tool_call_constraint
 from service.errors import InvalidRequestError
 from service.types import DecodeConstraint, PatternOutputSpec, ToolDef, ToolRequest, ValidatedRequest
 

@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from grammars.validation import first_error
+from grammars.json_schema import first_error
 from service.metrics import SCHEMA_VALIDATION_FAILURES
 from service.protocol.openai import CustomToolCall, SchemaValidation, ToolCall
 from service.types import DecodeConstraint

@@ -48,7 +48,7 @@ def prompt_for(tool) -> str:
 @functools.lru_cache(maxsize=1)
 def _compiler():
     from assets import default_cache_dir
-    from grammars.xgrammar_calls import load_compiler
+    from grammars.compile import load_compiler
 
     return load_compiler(default_cache_dir() / "models" / "qwen3-tiny")[1]
 

@@ -109,7 +109,7 @@ def test_check_unreadable_input(tmp_path: Path) -> None:
 
 
 def test_walk_tokens_pinpoints_the_refusal(qwen3_dir: Path) -> None:
-    from grammars.xgrammar_calls import compile_text, load_compiler
+    from grammars.compile import compile_text, load_compiler
 
     tok, compiler = load_compiler(qwen3_dir)
     compiled = compile_text(

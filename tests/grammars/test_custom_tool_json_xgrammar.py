@@ -1,4 +1,4 @@
-"""A custom tool's input inside the JSON call frame (grammars/custom_tool_json.py), compiled by
+"""A custom tool's input inside the JSON call frame (grammars/lark/custom_tool_json.py), compiled by
 real xgrammar: every argument object the grammar admits decodes (json.loads) to an input the
 tool's grammar accepts (the real lark parser, or re.fullmatch), and every input of the grammar
 has its encoding."""
@@ -12,7 +12,7 @@ import re
 import lark
 import pytest
 
-from grammars.custom_tool_json import ARGUMENTS_PREFIX, InputStream, custom_arguments_ebnf
+from grammars.lark import ARGUMENTS_PREFIX, InputStream, custom_arguments_ebnf
 from tests.grammars.test_lark_xgrammar import Oracle
 
 LARK = 'start: "say " QUOTED (", " QUOTED)*\nQUOTED: "\\"" /[a-z\\\\\\n]{0,4}/ "\\""\n'

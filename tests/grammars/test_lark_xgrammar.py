@@ -24,9 +24,9 @@ import xgrammar as xgr  # noqa: E402 -- pinned: a missing one is a failure, not 
 
 from grammars.errors import UnsupportedGrammarError
 from grammars.lark import choice_to_ebnf, lark_to_ebnf, regex_to_ebnf
-from grammars.lark_ebnf import char_class
-from grammars.lark_literals import lark_unescape
-from grammars.lark_nodes import complement, fold_ascii_case, unicode_class
+from grammars.lark.ebnf import char_class
+from grammars.lark.literals import lark_unescape
+from grammars.lark.nodes import complement, fold_ascii_case, unicode_class
 
 # One token per character, a few non-ASCII ones (cased, digits, spaces, astral), and a stop.
 CHARS = [chr(c) for c in range(0x20, 0x7F)] + list("\t\n\r\f\v") + list("éÉß٣İıKſ中€\u00a0\u2028😀")
@@ -338,7 +338,7 @@ def test_refused_overlaps_would_otherwise_admit_what_lark_rejects(
     definition, text = OVERLAPS[name]
     with pytest.raises(UnsupportedGrammarError, match="overlapping|cannot be translated exactly"):
         lark_to_ebnf(definition)
-    monkeypatch.setattr("grammars.lark.check_lexing", lambda *args: None)
+    monkeypatch.setattr("grammars.lark.translate.check_lexing", lambda *args: None)
     assert oracle.accepts(oracle.compile(lark_to_ebnf(definition)), text)
     assert not lark_accepts(lark_parser(definition), text)
 
@@ -381,7 +381,7 @@ def test_compiles_for_the_real_tokenizer() -> None:
 
 def test_character_classes_are_exact_for_any_code_point_range(oracle: Oracle) -> None:
     """xgrammar 0.2.7 matches some multi-byte ranges wrongly unless they are cut at UTF-8
-    boundaries (``grammars.lark_ebnf.utf8_pieces``), and negated classes with non-ASCII members
+    boundaries (``grammars.lark.ebnf.utf8_pieces``), and negated classes with non-ASCII members
     too (so classes are always written positively)."""
     rng = random.Random(5)
     cases = [(0xF2A, 0x103F), (0x1EEBC, 0x1F0FF), (0x80, 0x10FFFF), (0x7FF, 0x800), (0xFFFF, 0x10000)]

@@ -1,6 +1,6 @@
 """Tool arguments routed to llguidance are enforced as soundly as xgrammar enforces them.
 
-``grammars.llguidance_lark`` sends a tool's ``parameters`` to llguidance only when every
+``grammars.compile.llguidance_lark`` sends a tool's ``parameters`` to llguidance only when every
 keyword is in ``ROUTED_KEYWORDS``, with xgrammar's strict mode written out
 (``strict_schema``). Over the JSON-Schema-Test-Suite (draft2020-12) and the test corpus,
 for every schema the service's policy accepts and the translation routes, compiled the way
@@ -21,11 +21,16 @@ from typing import Any
 
 import pytest
 
+from grammars.compile import (
+    NotExpressible,
+    compile_text,
+    json_schema_to_lark,
+    load_compiler,
+    strict_schema,
+    structural_tag_to_lark,
+)
 from grammars.errors import GrammarError
-from grammars.json_schema import check_schema
-from grammars.llguidance_lark import NotExpressible, json_schema_to_lark, strict_schema, structural_tag_to_lark
-from grammars.validation import LinearValidator
-from grammars.xgrammar_calls import compile_text, load_compiler
+from grammars.json_schema import LinearValidator, check_schema
 from tools.grammar_check import grammar_text, walk_tokens
 
 DATA = Path(__file__).parent.parent / "data"
@@ -151,7 +156,7 @@ def test_formats_llguidance_accepts_no_invalid_string_xgrammar_refuses(smollm2):
     llguidance grammar accepts, xgrammar (what the service served before) accepts as well.
     Neither is fully sound on dates and times (e.g. both take some out-of-range times)."""
     from assets import schema_suite_dir
-    from grammars.keywords import SGLANG_FORMATS
+    from grammars.json_schema.keywords import SGLANG_FORMATS
 
     tokenizer, compiler, guidance = smollm2
     checked, worse = 0, []
@@ -174,7 +179,7 @@ def test_formats_llguidance_accepts_no_invalid_string_xgrammar_refuses(smollm2):
 
 
 def _patterns() -> list[str]:
-    from grammars.canonical import iter_subschemas
+    from grammars.json_schema import iter_subschemas
 
     schemas = [t["function"].get("parameters") or {} for t in json.loads((DATA / "tools.json").read_text())]
     schemas += [e["schema"] for e in json.loads((DATA / "json_schemas.json").read_text())]

@@ -1,4 +1,4 @@
-"""The JSON-Schema-Test-Suite's regex cases with RE2 for the regexes (grammars.validation): the
+"""The JSON-Schema-Test-Suite's regex cases with RE2 for the regexes (grammars.json_schema.validation): the
 verdicts of jsonschema's own validator (Python's ``re``) on the keywords that match regexes, and
 the suite's ECMA-262 verdicts where Python's ``re`` errs or differs."""
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from grammars.validation import LinearValidator
+from grammars.json_schema import LinearValidator
 
 REGEX_FILES = ("pattern.json", "patternProperties.json", "additionalProperties.json",
                "unevaluatedProperties.json", "propertyNames.json")  # fmt: skip

@@ -185,7 +185,7 @@ def test_root_recursion_breaks_the_token_mask() -> None:
     import xgrammar
 
     from assets import model_dir
-    from grammars.xgrammar_calls import compile_text, load_compiler
+    from grammars.compile import compile_text, load_compiler
     from tools.grammar_check import _allowed
 
     tok, compiler = load_compiler(model_dir("smollm2"))

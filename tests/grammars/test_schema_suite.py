@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 
+from grammars.compile import capture_warnings, compile_text, load_compiler
 from grammars.errors import GrammarError
 from grammars.json_schema import check_schema
-from grammars.xgrammar_calls import capture_warnings, compile_text, load_compiler
 from tools.grammar_check import grammar_text, walk_tokens
 
 STRICT = "strict mode: undeclared properties/items are refused unless the schema allows them"

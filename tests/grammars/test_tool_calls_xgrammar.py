@@ -1,5 +1,5 @@
 """Tool-call constraints compiled by real xgrammar, and by real llguidance after
-``grammars.llguidance_lark``'s translation, on the tiny Qwen3 tokenizer.
+``grammars.compile.llguidance_lark``'s translation, on the tiny Qwen3 tokenizer.
 
 Each candidate output is tokenized and walked token by token through a matcher;
 "accepted" means every token is allowed (in the mask, for llguidance) and EOS then
@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from assets import default_cache_dir
-from grammars.llguidance_lark import structural_tag_to_lark, text_tokens
+from grammars.compile import structural_tag_to_lark, text_tokens
 from grammars.tool_calls import ToolSpec, tool_call_constraint
 from runtime_ext.formats import get_format, render_calls
 from runtime_ext.parsers import parse

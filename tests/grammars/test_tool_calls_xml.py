@@ -21,8 +21,7 @@ import xgrammar as xgr  # noqa: E402 -- pinned: a missing one is a failure, not 
 from jsonschema import Draft202012Validator
 
 from assets import default_cache_dir
-from grammars.tool_calls import ToolSpec, tool_call_constraint
-from grammars.xml_calls import XmlSchemaError
+from grammars.tool_calls import ToolSpec, XmlSchemaError, tool_call_constraint
 from runtime_ext.formats import get_format, render_calls
 from runtime_ext.formats.tool_formats import DEEPSEEK_CALL_BEGIN, DEEPSEEK_CALL_END, DEEPSEEK_CALLS_END
 from runtime_ext.parsers import parse

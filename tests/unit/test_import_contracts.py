@@ -44,11 +44,11 @@ def test_a_clean_tree_passes(tmp_path):
     [
         ("runtime_ext/plugin.py", "from service import app\n", "layer"),  # runtime_ext never imports service
         ("service/engine.py", "def f():\n    from tools.cli import main\n", "layer"),  # lazy imports count
-        ("grammars/compile.py", "import assets.download\n", "layer"),
+        ("grammars/compile/compiler.py", "import assets.download\n", "layer"),
         ("assets/layout.py", "from runtime_ext.formats import spec\n", "layer"),  # assets is a leaf
         ("runtime_ext/parsers/core.py", "import torch\n", "purity"),
         ("service/pipeline/plan.py", "from sglang.srt import x\n", "purity"),
-        ("grammars/keywords.py", "from fastapi import HTTPException\n", "purity"),
+        ("grammars/json_schema/keywords.py", "from fastapi import HTTPException\n", "purity"),
     ],
 )
 def test_the_checker_fails_on_a_new_violation(tmp_path, rel, text, rule):

@@ -7,8 +7,7 @@ import json
 from pathlib import Path
 
 from grammars.bounded_cache import BoundedCache, text_bytes
-from grammars.compile import GrammarCompiler
-from grammars.llguidance_route import LarkRouter
+from grammars.compile import GrammarCompiler, LarkRouter
 
 KB = 1000
 

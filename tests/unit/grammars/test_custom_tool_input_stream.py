@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from grammars.custom_tool_json import InputStream
+from grammars.lark import InputStream
 
 TEXTS = ["plain", 'a "quoted" \\ path\n\ttab \u0001 é 東', ""]
 

@@ -11,9 +11,9 @@ import pytest
 
 from grammars.errors import GrammarError, GrammarSyntaxError, UnsupportedGrammarError
 from grammars.lark import choice_to_ebnf, is_probably_lark, lark_to_ebnf, regex_to_ebnf
-from grammars.lark_ebnf import utf8_pieces
-from grammars.lark_nodes import Alt, Chars, Repeat, Seq, Text
-from grammars.lark_regex import parse_regex
+from grammars.lark.ebnf import utf8_pieces
+from grammars.lark.nodes import Alt, Chars, Repeat, Seq, Text
+from grammars.lark.regex import parse_regex
 
 ROOT = Path(__file__).resolve().parents[3]
 # every character from U+007F on, cut where the UTF-8 encoding changes (no surrogates)
@@ -262,6 +262,6 @@ def test_large_grammars_translate_quickly(rule: str) -> None:
 
 
 def test_the_module_is_pure() -> None:
-    code = "import grammars.lark, sys; print(sorted({'xgrammar', 'torch', 'sglang', 'fastapi', 'lark'} & set(sys.modules)))"
+    code = "import grammars.lark.translate, sys; print(sorted({'xgrammar', 'torch', 'sglang', 'fastapi', 'lark'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -7,8 +7,7 @@ import json
 
 import pytest
 
-from grammars.llguidance_lark import LARK_HEADER
-from grammars.llguidance_route import LarkRouter
+from grammars.compile import LARK_HEADER, LarkRouter
 from grammars.tool_calls import ToolSpec, tool_call_constraint
 
 WEATHER = ToolSpec("get_weather", {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})

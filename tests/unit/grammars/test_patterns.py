@@ -1,4 +1,4 @@
-"""Client regexes on RE2 (grammars.patterns, grammars.validation): the verdicts jsonschema gives
+"""Client regexes on RE2 (grammars.json_schema.patterns, grammars.json_schema.validation): the verdicts jsonschema gives
 with Python's ``re`` on ordinary patterns, ECMA-262's where the dialects differ, linear time on
 a catastrophic pattern, and a clear refusal of what RE2 cannot run."""
 
@@ -12,16 +12,15 @@ from pathlib import Path
 import pytest
 
 from grammars.errors import UncheckablePatternError
-from grammars.json_schema import check_schema
-from grammars.patterns import PatternError, compile_pattern, search
-from grammars.validation import first_error
+from grammars.json_schema import check_schema, first_error
+from grammars.json_schema.patterns import PatternError, compile_pattern, search
 
 DATA = Path(__file__).parents[2] / "data"
 CATASTROPHIC = r"^(a+)+$"
 
 
 def _corpus_patterns() -> list[str]:
-    from grammars.canonical import iter_subschemas
+    from grammars.json_schema import iter_subschemas
 
     schemas = [t["function"].get("parameters") or {} for t in json.loads((DATA / "tools.json").read_text())]
     schemas += [e["schema"] for e in json.loads((DATA / "json_schemas.json").read_text())]

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from grammars.canonical import (
+from grammars.json_schema import check_schema
+from grammars.json_schema.canonical import (
     branches_disjoint,
     canonical_json,
     iter_subschemas,
@@ -16,7 +17,6 @@ from grammars.canonical import (
     pattern_problem,
     resolve_pointer,
 )
-from grammars.json_schema import check_schema
 
 
 def _reversed(value: Any, properties_too: bool, is_properties: bool = False) -> Any:

@@ -175,9 +175,9 @@ def test_unsupported_describe_and_empty_list() -> None:
 
 def test_policy_modules_are_pure() -> None:
     code = (
-        "import sys, json, grammars.json_schema, grammars.errors, grammars.canonical, "
-        "grammars.compile, grammars.xgrammar_calls\n"
-        "grammars.json_schema.check_schema({'type': 'object'})\n"
+        "import sys, json, grammars.json_schema.policy, grammars.errors, grammars.json_schema.canonical, "
+        "grammars.compile.compiler, grammars.compile.xgrammar_calls\n"
+        "grammars.json_schema.policy.check_schema({'type': 'object'})\n"
         "print(json.dumps(sorted({'torch', 'xgrammar', 'sglang', 'fastapi', 'transformers'}"
         " & set(sys.modules))))"
     )

@@ -1,6 +1,6 @@
 """Schemas the grammar can never complete are a 400 before the engine sees them.
 
-The policy (pure, ``grammars.productive``) is checked shape by shape, and each shape is
+The policy (pure, ``grammars.json_schema.productive``) is checked shape by shape, and each shape is
 run through the real xgrammar 0.2.7 (a 96-token synthetic vocabulary: no assets) to pin
 the policy to what xgrammar does with it:
 
@@ -223,7 +223,7 @@ def test_long_reference_chains_do_not_recurse() -> None:
     """A 20001-link reference chain closing into a loop: the analysis walks it with explicit
     queues (a recursive walk would hit Python's recursion limit here) and names the loop.
     Not timed: timings belong in bench/, never in unit tests."""
-    from grammars.productive import find_unproductive
+    from grammars.json_schema.productive import find_unproductive
 
     links = 20000
     defs = {f"d{i}": {"$ref": f"#/$defs/d{i + 1}"} for i in range(links)}
@@ -266,7 +266,7 @@ def _allowed(matcher: Any) -> set[str]:
 
 
 def _kind(schema: dict[str, Any]) -> str | None:
-    from grammars.productive import find_unproductive
+    from grammars.json_schema.productive import find_unproductive
 
     found = find_unproductive(schema)
     return None if found is None else found.kind
@@ -311,7 +311,7 @@ def test_the_policy_stays_pure() -> None:
     import sys
 
     code = (
-        "import sys, grammars.productive, grammars.json_schema\n"
+        "import sys, grammars.json_schema.productive, grammars.json_schema.policy\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'sglang', 'xgrammar', 'fastapi'}))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -1,4 +1,4 @@
-"""grammars.tool_calls without xgrammar: inputs, errors, and the shape SGLang receives."""
+"""grammars.tool_calls.constraint without xgrammar: inputs, errors, and the shape SGLang receives."""
 
 from __future__ import annotations
 

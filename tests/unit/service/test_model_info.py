@@ -9,7 +9,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from grammars.xgrammar_calls import VocabFacts
+from grammars.compile import VocabFacts
 from service.startup import ModelInfo
 
 

@@ -7,8 +7,7 @@ import json
 import pytest
 
 from grammars.errors import UnsupportedKeywordError
-from grammars.pythonic import PythonicSchemaError
-from grammars.xml_calls import XmlSchemaError
+from grammars.tool_calls import PythonicSchemaError, XmlSchemaError
 from runtime_ext.formats import ToolFormatSelectionError, get_format, render_calls, select_format
 from runtime_ext.formats.spec import UnknownFormatError
 from service.errors import InvalidRequestError
