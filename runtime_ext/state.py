@@ -33,7 +33,7 @@ class KVCacheState:
         """What reads the C8 rows: ``native`` (compiled), ``reference`` (torch), a device ("none" without C8)."""
         return self.built.kernels() if self.built is not None else "none"
 
-    def method_stats(self) -> dict:
+    def method_stats(self) -> dict[str, Any]:
         """Side-buffer statistics of the built method (outlier rate etc.; empty if none)."""
         return self.built.stats() if self.built is not None else {}
 
@@ -57,7 +57,7 @@ class QuantStats:
         self.weight_bytes += stored
         self.weight_bytes_unquantized += unquantized
 
-    def report(self) -> dict:
+    def report(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "monitor"}
         if self.monitor is not None:
             out["monitor"] = self.monitor.report()
@@ -76,7 +76,7 @@ class PrefixStats:
     evicted_tokens: int = 0
     draft_dropped_pages: int = 0
 
-    def report(self) -> dict:
+    def report(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -90,7 +90,7 @@ class AttentionStats:
     batched_decode_calls: int = 0
     per_request_decode_calls: int = 0
 
-    def report(self) -> dict:
+    def report(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -111,7 +111,7 @@ class GrammarStats:
     def fallback(self, reason: str) -> None:
         self.fallbacks[reason] = self.fallbacks.get(reason, 0) + 1
 
-    def report(self) -> dict:
+    def report(self) -> dict[str, Any]:
         seconds = {k: round(v, 6) for k, v in self.seconds.items()}
         return {"compiles": dict(self.compiles), "seconds": seconds, "fallbacks": dict(self.fallbacks)}
 
@@ -148,7 +148,7 @@ class AdmissionStats:
             if seconds <= bound:
                 self.queue_time_counts[i] += 1
 
-    def report(self) -> dict:
+    def report(self) -> dict[str, Any]:
         out = asdict(self)
         out["queue_time_buckets"] = list(QUEUE_TIME_BUCKETS)
         return out

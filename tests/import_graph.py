@@ -6,14 +6,15 @@ imports are kept by their top-level name for the purity rule.
 
 Contracts (``check``):
 - layers: a package may import only the packages listed under it in ``ALLOWED``;
-- purity: modules matching ``PURE`` import none of ``IMPURE_EXTERNAL``;
+- purity: the pure modules (``PURE``: mypy's strict ``files``) import none of ``IMPURE_EXTERNAL``;
 - no cycles between the project's modules.
 """
 
 from __future__ import annotations
 
 import ast
-import fnmatch
+import re
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,29 +26,19 @@ ALLOWED: dict[str, frozenset[str]] = {
     "runtime_ext": frozenset(),
     "assets": frozenset(),
 }
-# Pure logic: parsers, formats, grammar building, the request stages, radix matching, policies.
-PURE = (
-    "runtime_ext/parsers/*",
-    "runtime_ext/formats/*",
-    "runtime_ext/prefix_cache/matcher.py",
-    "runtime_ext/prefix_cache/events.py",
-    "runtime_ext/quant/policy.py",
-    "runtime_ext/quant/targets.py",
-    "runtime_ext/quant/monitor.py",
-    "runtime_ext/quant/sensitivity.py",
-    "runtime_ext/admission/budget.py",
-    "runtime_ext/report_merge.py",
-    "runtime_ext/config.py",
-    "runtime_ext/state.py",
-    "runtime_ext/kv_cache/fault.py",
-    "runtime_ext/kv_cache/support.py",
-    "grammars/*",
-    "service/pipeline/*",
-    "service/types.py",
-    "service/limits.py",
-)
-# The one module of the pure packages that adapts to SGLang (imports sglang lazily, by design).
-PURE_EXCEPTIONS = ("runtime_ext/parsers/sglang_adapter.py",)
+# Pure logic (parsers, formats, grammar building, the request stages, radix matching, policies): the
+# files mypy checks strictly, ``[tool.mypy] files`` in pyproject.toml (a directory: every module under
+# it), minus its ``exclude`` regexes (sglang_adapter.py, which imports sglang lazily by design).
+PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
+
+
+def pure_modules(pyproject: Path = PYPROJECT) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(files or directories, exclude regexes) of ``[tool.mypy]``: the one list of pure modules."""
+    mypy = tomllib.loads(pyproject.read_text())["tool"]["mypy"]
+    return tuple(mypy["files"]), tuple(mypy.get("exclude", ()))
+
+
+PURE, PURE_EXCLUDE = pure_modules()
 IMPURE_EXTERNAL = frozenset({"torch", "torch_npu", "sglang", "sgl_kernel", "fastapi", "starlette", "uvicorn"})
 
 
@@ -122,8 +113,11 @@ def _layer_violations(names: dict[str, set[str]], files: dict[str, Path], root: 
     return out
 
 
-def _is_pure(rel: str) -> bool:
-    return rel not in PURE_EXCEPTIONS and any(fnmatch.fnmatch(rel, pattern) for pattern in PURE)
+def is_pure(rel: str, pure: tuple[str, ...] = PURE, exclude: tuple[str, ...] = PURE_EXCLUDE) -> bool:
+    """Whether the file ``rel`` (posix, from the root) is one of the pure modules."""
+    if any(re.search(pattern, rel) for pattern in exclude):
+        return False
+    return any(rel == entry or rel.startswith(entry.rstrip("/") + "/") for entry in pure)
 
 
 def _purity_violations(names: dict[str, set[str]], files: dict[str, Path], root: Path) -> list[Violation]:
@@ -131,7 +125,7 @@ def _purity_violations(names: dict[str, set[str]], files: dict[str, Path], root:
     for module, found in sorted(names.items()):
         rel = files[module].relative_to(root).as_posix()
         bad = sorted({n.split(".")[0] for n in found} & IMPURE_EXTERNAL)
-        if bad and _is_pure(rel):
+        if bad and is_pure(rel):
             out.append(Violation("purity", rel, f"pure module imports {', '.join(bad)}"))
     return out
 
