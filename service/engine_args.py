@@ -110,18 +110,23 @@ class EngineOptions:
             kwargs["disable_radix_cache"] = True
         elif self.prefix_cache == "combined":  # C reaches the scheduler in RuntimeExtConfig.combine_blocks
             kwargs["radix_cache_backend"] = "structserve_combined"
-        return {**kwargs, **disaggregation_kwargs(e.disaggregation), **checked_sglang_args(e.sglang_args)}
+        return {**kwargs, **disaggregation_kwargs(e.disaggregation, e.device), **checked_sglang_args(e.sglang_args)}
 
 
-def disaggregation_kwargs(pd: DisaggregationSettings) -> dict[str, Any]:
-    """SGLang's ``disaggregation_*`` arguments for ``engine.disaggregation`` (none when off)."""
+def disaggregation_kwargs(pd: DisaggregationSettings, device: str) -> dict[str, Any]:
+    """SGLang's ``disaggregation_*`` arguments for ``engine.disaggregation`` (none when off).
+    A CPU decode keeps a retracted request's KV in plain CPU tensors: SGLang's default there
+    (``host_pool``) registers its host pool with ``cudaHostRegister``, which needs a CUDA driver."""
     if pd.mode is None:
         return {}
-    return dict(
+    kwargs: dict[str, Any] = dict(
         disaggregation_mode=pd.mode,
         disaggregation_transfer_backend=pd.transfer_backend,
         disaggregation_bootstrap_port=pd.bootstrap_port,
     )
+    if pd.mode == "decode" and device == "cpu":
+        kwargs["disaggregation_decode_retraction_backup"] = "cpu_tensor"
+    return kwargs
 
 
 def checked_sglang_args(args: dict[str, Any]) -> dict[str, Any]:

@@ -32,6 +32,18 @@ def test_prefill_mode_passes_sglang_its_disaggregation_arguments(tmp_path) -> No
     assert kwargs["disaggregation_transfer_backend"] in _server_args_choices("disaggregation_transfer_backend")
 
 
+def test_a_cpu_decode_keeps_retracted_kv_in_cpu_tensors(tmp_path) -> None:
+    """SGLang's inferred host_pool backup registers host memory with CUDA; cpu_tensor does not."""
+    pd = DisaggregationSettings(mode="decode")
+    kwargs = EngineOptions(model_path=tmp_path, engine=EngineSettings(disaggregation=pd)).engine_kwargs()
+    assert kwargs["disaggregation_decode_retraction_backup"] == "cpu_tensor"
+    assert "cpu_tensor" in _server_args_choices("disaggregation_decode_retraction_backup")
+    npu = EngineSettings(device="npu", disaggregation=pd)
+    assert (
+        "disaggregation_decode_retraction_backup" not in EngineOptions(model_path=tmp_path, engine=npu).engine_kwargs()
+    )
+
+
 def test_no_mode_passes_no_disaggregation_argument(tmp_path) -> None:
     kwargs = EngineOptions(model_path=tmp_path).engine_kwargs()
     assert not [k for k in kwargs if k.startswith("disaggregation")]
