@@ -236,9 +236,9 @@ def _compile(canonical: str, tokenizer_dir: Path | None) -> tuple[Any, Any]:
     from grammars.compile import capture_warnings, compile_text, load_compiler
 
     if tokenizer_dir is None:
-        from assets import model_dir
+        from assets import default_model_dir
 
-        tokenizer_dir = model_dir("smollm2")
+        tokenizer_dir = default_model_dir()
     tok, compiler = load_compiler(tokenizer_dir)
     began = time.perf_counter()
     try:
