@@ -82,7 +82,7 @@ def _formats(settings: Settings, template: HFChatTemplate) -> tuple[ModelFormats
     chat_template = template.tokenizer.chat_template
     tools = select_format(settings.tool_format, template.model_type, template.renders_tools, chat_template)
     r = settings.reasoning
-    fmt = select_reasoning_format(r.format, template.model_type, r.start, r.end)
+    fmt = select_reasoning_format(r.format, template.model_type, r.start, r.end, chat_template)
     setup = ReasoningSetup.build(fmt, template.encode) if fmt is not None else None
     policy = ReasoningPolicy(r.default_thinking, tuple(r.effort_budgets.items())) if setup else None
     log.info(

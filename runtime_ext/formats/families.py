@@ -1,9 +1,12 @@
 """Model families: the one record per family of what the service must know about it. Pure.
 
 A :class:`ModelFamily` names the ``config.json`` ``model_type`` values it covers, the
-tool-call format its chat template teaches and the reasoning format it writes (None:
-it does not reason). Adding a family is one record in :data:`MODEL_FAMILIES`; the
-format selection below and the lookups derived from it read nothing else.
+tool-call format its chat template teaches, the reasoning format it writes (None:
+it does not reason), the template variables that switch thinking and set the effort,
+and the texts of its end-of-turn tokens. Adding a family is one record in
+:data:`MODEL_FAMILIES`; the format selection below and the lookups derived from it
+read nothing else. Configuration overrides both choices (``tool_format``,
+``reasoning.format``: a registered name instead of ``auto``).
 
 Template facts: whether a template renders ``tools`` is probed from the template
 itself (``formats.templates``), and whether it opens the think block is a property
@@ -24,13 +27,19 @@ from runtime_ext.formats.reasoning_formats import (
     generic_reasoning_format,
     get_reasoning_format,
 )
+from runtime_ext.formats.reasoning_formats import DEEPSEEK_V31 as DEEPSEEK_V31_THINKING
+from runtime_ext.formats.reasoning_formats import DEEPSEEK_V32 as DEEPSEEK_V32_THINKING
+from runtime_ext.formats.reasoning_formats import HARMONY as HARMONY_REASONING
 from runtime_ext.formats.spec import ToolFormat
 from runtime_ext.formats.tool_formats import (
     DEEPSEEK_V3,
     DEEPSEEK_V31,
+    DEEPSEEK_V32,
     FORMAT_NAMES,
     GENERIC,
     GLM45,
+    HARMONY,
+    KIMI_K2,
     LLAMA3,
     MISTRAL,
     QWEN,
@@ -57,7 +66,16 @@ class ModelFamily:
     reasoning: the think-block format under ``reasoning.format: auto`` (None: none).
     template_markers: texts whose presence (all of them) in the chat template selects
         this family's tool format whatever the ``model_type`` (Qwen3-Coder shares
-        ``qwen3_moe`` with Qwen3 but its template teaches ``<function=...>``).
+        ``qwen3_moe`` with Qwen3 but its template teaches ``<function=...>``); a family
+        so chosen also chooses the reasoning format when it has one.
+    thinking_switch: the chat-template variable that turns thinking on/off (None: the
+        template has none). The service passes it only to a template that opens or
+        closes the block itself (``ReasoningFormat.template_switch``); otherwise it
+        writes the opened or empty block after the generation prompt.
+    effort_variable: the chat-template variable that reads the reasoning effort
+        (gpt-oss ``reasoning_effort``: low/medium/high).
+    end_of_turn: the texts of the tokens that end an assistant turn (EOS ids are
+        these tokens' ids in the family's tokenizer).
     """
 
     name: str
@@ -65,24 +83,75 @@ class ModelFamily:
     tool_format: ToolFormat
     reasoning: ReasoningFormat | None = None
     template_markers: tuple[str, ...] = ()
+    thinking_switch: str | None = None
+    effort_variable: str | None = None
+    end_of_turn: tuple[str, ...] = ()
 
 
+_DS_EOS = ("<\uff5cend\u2581of\u2581sentence\uff5c>",)
 MODEL_FAMILIES: tuple[ModelFamily, ...] = (
-    ModelFamily("qwen2", ("qwen2", "qwen2_moe"), QWEN),
-    ModelFamily("qwen3", ("qwen3", "qwen3_moe"), QWEN, QWEN3),
-    ModelFamily("llama3", ("llama",), LLAMA3),
-    ModelFamily("mistral", ("mistral", "mixtral"), MISTRAL),
-    ModelFamily("deepseek_v3", ("deepseek_v3",), DEEPSEEK_V3, DEEPSEEK_R1),
-    ModelFamily("deepseek_v32", ("deepseek_v32",), DEEPSEEK_V3),
+    ModelFamily("qwen2", ("qwen2", "qwen2_moe"), QWEN, end_of_turn=("<|im_end|>", "<|endoftext|>")),
+    ModelFamily(
+        "qwen3", ("qwen3", "qwen3_moe"), QWEN, QWEN3, thinking_switch="enable_thinking", end_of_turn=("<|im_end|>",)
+    ),
+    ModelFamily("llama3", ("llama",), LLAMA3, end_of_turn=("<|eot_id|>", "<|eom_id|>")),
+    ModelFamily("mistral", ("mistral", "mixtral"), MISTRAL, end_of_turn=("</s>",)),
+    ModelFamily("deepseek_v3", ("deepseek_v3",), DEEPSEEK_V3, DEEPSEEK_R1, end_of_turn=_DS_EOS),
+    ModelFamily(
+        "deepseek_v32",
+        ("deepseek_v32",),
+        DEEPSEEK_V32,
+        DEEPSEEK_V32_THINKING,
+        template_markers=("\uff5cDSML\uff5c",),
+        thinking_switch="enable_thinking",
+        end_of_turn=_DS_EOS,
+    ),
     ModelFamily(
         "deepseek_v31",  # model_type deepseek_v3 like V3; told apart by how its template writes a call
         (),
         DEEPSEEK_V31,
+        DEEPSEEK_V31_THINKING,
         template_markers=("<\uff5ctool\u2581sep\uff5c>' + tool['function']['arguments']",),
+        thinking_switch="thinking",
+        end_of_turn=_DS_EOS,
     ),
-    ModelFamily("qwen3_coder", (), QWEN3_CODER, template_markers=("<function=", "<parameter=")),
-    ModelFamily("qwen3_5", ("qwen3_5", "qwen3_5_moe"), QWEN3_CODER, QWEN3),
-    ModelFamily("glm45", ("glm4_moe",), GLM45, QWEN3, template_markers=("<arg_key>", "<arg_value>")),
+    ModelFamily(
+        "qwen3_coder", (), QWEN3_CODER, template_markers=("<function=", "<parameter="), end_of_turn=("<|im_end|>",)
+    ),
+    ModelFamily(
+        "qwen3_5",
+        ("qwen3_5", "qwen3_5_moe"),
+        QWEN3_CODER,
+        QWEN3,
+        thinking_switch="enable_thinking",
+        end_of_turn=("<|im_end|>",),
+    ),
+    ModelFamily(
+        "glm45",
+        ("glm4_moe",),
+        GLM45,
+        QWEN3,
+        template_markers=("<arg_key>", "<arg_value>"),
+        thinking_switch="enable_thinking",
+        end_of_turn=("<|user|>", "<|observation|>", "<|endoftext|>"),
+    ),
+    ModelFamily(
+        "kimi_k2",
+        ("kimi_k2",),
+        KIMI_K2,
+        QWEN3,  # K2-Thinking's <think>...</think>; its template has no switch, the service opens the block
+        template_markers=("<|tool_calls_section_begin|>", "<|tool_call_argument_begin|>"),
+        end_of_turn=("<|im_end|>",),
+    ),
+    ModelFamily(
+        "gpt_oss",
+        ("gpt_oss",),
+        HARMONY,
+        HARMONY_REASONING,
+        template_markers=("<|channel|>", "to=functions."),
+        effort_variable="reasoning_effort",
+        end_of_turn=("<|return|>", "<|call|>"),
+    ),
 )
 
 
@@ -146,14 +215,27 @@ def select_format(
     return get_format(name)
 
 
+def select_family(model_type: str | None, chat_template: object = None) -> ModelFamily | None:
+    """The model's family: by its template's markers, else by ``model_type`` (None: unknown)."""
+    return family_by_template(chat_template) or _FAMILY_BY_MODEL_TYPE.get(model_type or "")
+
+
 def select_reasoning_format(
-    configured: str, model_type: str | None, start: str | None = None, end: str | None = None
+    configured: str,
+    model_type: str | None,
+    start: str | None = None,
+    end: str | None = None,
+    chat_template: object = None,
 ) -> ReasoningFormat | None:
     """``configured``: ``auto`` (by model family; None when the family does not reason),
-    ``none``, ``generic`` (``start``/``end`` required) or a registered name."""
+    ``none``, ``generic`` (``start``/``end`` required) or a registered name. Under
+    ``auto`` a family chosen by its template markers that reasons decides first."""
     if configured == REASONING_NONE:
         return None
     if configured == AUTO:
+        by_template = family_by_template(chat_template)
+        if by_template is not None and by_template.reasoning is not None:
+            return by_template.reasoning
         name = REASONING_BY_MODEL_TYPE.get(model_type or "")
         return None if name is None else get_reasoning_format(name)
     if configured == REASONING_GENERIC:

@@ -20,6 +20,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping
 
+_TEMPLATE_EFFORT = {"minimal": "low", "low": "low", "medium": "medium"}
+"""OpenAI efforts -> the three gpt-oss reads (``Reasoning: low|medium|high``); the rest are high."""
+
 
 @dataclass(frozen=True)
 class ReasoningFormat:
@@ -32,10 +35,25 @@ class ReasoningFormat:
     end_prefix: str = "\n"  # written before ``end`` when the service closes the block
     answer_headers: tuple[str, ...] = ()  # texts dropped where the answer starts (after whitespace)
     start_is_token: bool = True  # ``start`` must be one token of the serving tokenizer
+    template_switch: str = ""  # the template variable that opens (true) or closes (false) the block itself
+    effort_variable: str = ""  # the template variable ``reasoning_effort`` is given to (low/medium/high)
+
+    def effort_kwargs(self, effort: str | None) -> tuple[tuple[str, str], ...]:
+        """``reasoning_effort`` as the template reads it (``effort_variable``; none/None: nothing)."""
+        if not self.effort_variable or effort in (None, "none"):
+            return ()
+        return ((self.effort_variable, _TEMPLATE_EFFORT.get(str(effort), "high")),)
+
+    def template_kwargs(self, thinking: bool) -> tuple[tuple[str, bool], ...]:
+        """What the chat template is given to open or close the block (``template_switch``)."""
+        return ((self.template_switch, thinking),) if self.template_switch else ()
 
     def prompt_suffix(self, thinking: bool) -> str:
         """Text appended after the generation prompt: an open block (thinking on) or an
-        empty closed one (thinking off: the model answers at once)."""
+        empty closed one (thinking off: the model answers at once). Nothing when the
+        template does either itself (``template_switch``)."""
+        if self.template_switch:
+            return ""
         opened = "" if self.start_in_template else self.start + self.opening
         if thinking:
             return opened
@@ -62,6 +80,14 @@ class UnknownReasoningFormatError(KeyError):
 
 QWEN3 = ReasoningFormat("qwen3", "<think>", "</think>")
 DEEPSEEK_R1 = ReasoningFormat("deepseek_r1", "<think>", "</think>", start_in_template=True)
+DEEPSEEK_V31 = ReasoningFormat(
+    "deepseek_v31", "<think>", "</think>", start_in_template=True, template_switch="thinking"
+)
+"""DeepSeek-V3.1: its template ends the prompt with ``<think>`` when ``thinking`` is true, else ``</think>``."""
+DEEPSEEK_V32 = ReasoningFormat(
+    "deepseek_v32", "<think>", "</think>", start_in_template=True, template_switch="enable_thinking"
+)
+"""DeepSeek-V3.2: the same, the template's variable being ``enable_thinking`` (default true)."""
 HARMONY = ReasoningFormat(
     "harmony",
     "<|channel|>analysis<|message|>",
@@ -71,9 +97,12 @@ HARMONY = ReasoningFormat(
     end_prefix="",
     answer_headers=("<|start|>assistant<|channel|>final<|message|>", "<|channel|>final<|message|>"),
     start_is_token=False,
+    effort_variable="reasoning_effort",
 )
 
-REASONING_FORMATS: Mapping[str, ReasoningFormat] = MappingProxyType({f.name: f for f in (QWEN3, DEEPSEEK_R1, HARMONY)})
+REASONING_FORMATS: Mapping[str, ReasoningFormat] = MappingProxyType(
+    {f.name: f for f in (QWEN3, DEEPSEEK_R1, DEEPSEEK_V31, DEEPSEEK_V32, HARMONY)}
+)
 """Registered reasoning formats by name (which model family uses which: ``formats.families``)."""
 
 

@@ -86,7 +86,7 @@ def _group(fmt: ToolFormat) -> tuple[str, str]:
     if fmt.style is CallStyle.JSON_ARRAY:
         return fmt.call_start + fmt.padding + "[", "]"
     if fmt.style is CallStyle.NAMED_BLOCKS:
-        return fmt.section_start, fmt.section_end
+        return fmt.section_start + fmt.padding, fmt.padding + fmt.section_end
     if fmt.style is CallStyle.PYTHONIC:
         return "[", "]"
     return "", ""

@@ -57,8 +57,8 @@ class ToolFormat:
         separator: canonical text between two consecutive calls. The parser
             accepts any whitespace around its non-space part.
         padding: whitespace written just inside ``call_start``/``call_end`` when
-            rendering (qwen writes ``<tool_call>\\n{...}\\n</tool_call>``); the
-            parser accepts any whitespace there.
+            rendering (qwen writes ``<tool_call>\\n{...}\\n</tool_call>``; NAMED_BLOCKS:
+            inside ``section_start``/``section_end``); the parser accepts any whitespace there.
         section_start / section_end: NAMED_BLOCKS only: markers around all calls.
         name_key: JSON key of the function name in an envelope.
         arguments_key: JSON key of the arguments object written when rendering.

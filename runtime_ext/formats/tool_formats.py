@@ -3,7 +3,8 @@
 Marker strings were checked against SGLang 0.5.23's detectors
 (``sglang/srt/function_call/{qwen25,llama32,mistral,deepseekv3,pythonic}_detector.py``);
 the XML formats against ``qwen3_coder_detector.py`` and ``glm4_moe_detector.py`` there,
-``deepseek_v31`` against ``deepseekv31_detector.py``, ``kimi_k2`` against
+``deepseek_v31`` against ``deepseekv31_detector.py``, ``deepseek_v32`` against
+``deepseekv32_detector.py`` (its JSON-body form), ``kimi_k2`` against
 ``kimik2_detector.py``, ``harmony`` against ``gpt_oss_detector.py``, and
 the official chat templates (llama.cpp ``models/templates/Qwen3-Coder.jinja``,
 ``glm_4_5.jinja``, ``deepseek-ai-DeepSeek-V3.1.jinja``, ``moonshotai-Kimi-K2-Thinking.jinja``,
@@ -86,6 +87,21 @@ DEEPSEEK_V31 = ToolFormat(
     name_end=DEEPSEEK_SEP,
     description="DeepSeek-V3.1: calls section, per call NAME<sep>{json} (no function prefix, no ```json block)",
 )
+_DSML = "\uff5cDSML\uff5c"
+DEEPSEEK_V32 = ToolFormat(
+    name="deepseek_v32",
+    style=CallStyle.NAMED_BLOCKS,
+    call_start=f'<{_DSML}invoke name="',
+    call_end=f"</{_DSML}invoke>",
+    separator="\n",
+    padding="\n",
+    section_start=f"<{_DSML}function_calls>",
+    section_end=f"</{_DSML}function_calls>",
+    name_end='">\n',
+    arguments_end="\n",
+    description="DeepSeek-V3.2 DSML, the JSON body its detector reads: <|DSML|function_calls> "
+    '<|DSML|invoke name="NAME"> {json} </|DSML|invoke> </|DSML|function_calls>',
+)
 PYTHONIC = ToolFormat(
     name="pythonic",
     style=CallStyle.PYTHONIC,
@@ -165,6 +181,7 @@ _FORMATS: Mapping[str, ToolFormat] = MappingProxyType(
             DEEPSEEK_V31,
             KIMI_K2,
             HARMONY,
+            DEEPSEEK_V32,
         )
     }
 )
@@ -175,6 +192,7 @@ _ALIASES: Mapping[str, str] = MappingProxyType(
         "qwen3": "qwen",
         "deepseekv3": "deepseek_v3",
         "deepseekv31": "deepseek_v31",
+        "deepseekv32": "deepseek_v32",
         "glm4_moe": "glm45",
         "glm47": "glm45",
         "kimik2": "kimi_k2",

@@ -17,7 +17,8 @@ def build_prompt(req: ValidatedRequest, template: ChatTemplate) -> PromptIds:
     on) or empty (thinking off) reasoning block of the model's reasoning format."""
     r = req.reasoning
     suffix = r.setup.fmt.prompt_suffix(r.thinking) if r is not None and r.setup is not None else ""
-    kw = req.template_kwargs
+    switch = r.setup.fmt.template_kwargs(r.thinking) if r is not None and r.setup is not None else ()
+    kw = req.template_kwargs + switch  # a template that opens/closes the block itself reads its switch
     if req.tools is None:
         ids = template.render(req.messages, suffix=suffix, kwargs=kw)
     elif template.renders_tools:

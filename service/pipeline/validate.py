@@ -52,7 +52,7 @@ def validate_request(
         tools=validate_tools(req, formats.tools),
         allow_schema_loosening=req.allow_schema_loosening,
         reasoning=validate_reasoning(req, limits.reasoning, formats.reasoning, max_tokens, param),
-        template_kwargs=template_kwargs(req),
+        template_kwargs=template_kwargs(req, formats.reasoning),
         logprobs=_logprobs(req),
         bootstrap=bootstrap_of(req, limits.disaggregation, req.n),
     )

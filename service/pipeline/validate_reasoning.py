@@ -102,6 +102,10 @@ def _budget(req: ChatCompletionRequest, policy: ReasoningPolicy, max_tokens: int
     return budget
 
 
-def template_kwargs(req: ChatCompletionRequest) -> tuple[tuple[str, Any], ...]:
-    """``chat_template_kwargs`` for the template; ``enable_thinking`` is handled here."""
-    return tuple(sorted((k, v) for k, v in (req.chat_template_kwargs or {}).items() if k != "enable_thinking"))
+def template_kwargs(req: ChatCompletionRequest, setup: ReasoningSetup | None = None) -> tuple[tuple[str, Any], ...]:
+    """``chat_template_kwargs`` for the template; ``enable_thinking`` is handled here, and
+    ``reasoning_effort`` goes to a template that reads it (gpt-oss) unless the kwargs set it."""
+    kwargs = {k: v for k, v in (req.chat_template_kwargs or {}).items() if k != "enable_thinking"}
+    for name, value in setup.fmt.effort_kwargs(req.reasoning_effort) if setup is not None else ():
+        kwargs.setdefault(name, value)
+    return tuple(sorted(kwargs.items()))

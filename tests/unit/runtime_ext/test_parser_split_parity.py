@@ -75,6 +75,10 @@ TOOL_TEXTS: dict[str, list[str]] = {
         "<|tool_calls_section_begin|><|tool_call_begin|>functions.f:x<|tool_call_argument_begin|>{}<|tool_call_end|>",
         "<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argu",
     ],
+    "deepseek_v32": [
+        '<\uff5cDSML\uff5cfunction_calls><\uff5cDSML\uff5cinvoke name="f">{"a": 7}</\uff5cDSML\uff5cinvoke>',
+        '<\uff5cDSML\uff5cfunction_calls>\n<\uff5cDSML\uff5cinvoke name="f">\n<\uff5cDSML\uff5cparameter name="a"',
+    ],
     "harmony": [
         "<|channel|>final<|message|>The answer.<|return|>",
         "<|channel|>analysis<|message|>plan<|end|><|start|>assistant<|channel|>final<|message|>Done.",
@@ -123,6 +127,10 @@ def tool_samples(fmt: ToolFormat) -> list[str]:
 
 
 REASONING_EXTRA: dict[str, list[str]] = {
+    "deepseek_v32": [
+        '<\uff5cDSML\uff5cfunction_calls><\uff5cDSML\uff5cinvoke name="f">{"a": 7}</\uff5cDSML\uff5cinvoke>',
+        '<\uff5cDSML\uff5cfunction_calls>\n<\uff5cDSML\uff5cinvoke name="f">\n<\uff5cDSML\uff5cparameter name="a"',
+    ],
     "harmony": [
         "plan<|end|><|start|>assistant<|channel|>final<|message|>The answer.",
         "plan<|end|><|start|>assistant<|channel|>commentary to=functions.f <|constrain|>json<|message|>{}",

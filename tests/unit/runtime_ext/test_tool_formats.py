@@ -41,6 +41,7 @@ def test_registry_names_aliases_and_unknown() -> None:
         "deepseek_v31",
         "kimi_k2",
         "harmony",
+        "deepseek_v32",
     )
     assert get_format("hermes") is get_format("qwen") and get_format(get_format("llama3")).name == "llama3"
     with pytest.raises(UnknownFormatError) as info:
@@ -83,6 +84,11 @@ def test_formats_are_frozen() -> None:
             "harmony",
             '<|channel|>commentary to=functions.f <|constrain|>json<|message|>{"a": 1}<|call|>'
             "<|start|>assistant<|channel|>commentary to=functions.g <|constrain|>json<|message|>{}<|call|>",
+        ),
+        (  # SGLang's deepseekv32_detector.py docstring (Format 2, a JSON body); llama.cpp DeepSeek-V3.2.jinja's layout
+            "deepseek_v32",
+            '<｜DSML｜function_calls>\n<｜DSML｜invoke name="f">\n{"a": 1}\n</｜DSML｜invoke>\n'
+            '<｜DSML｜invoke name="g">\n{}\n</｜DSML｜invoke>\n</｜DSML｜function_calls>',
         ),
         (
             "deepseek_v3",
