@@ -84,13 +84,12 @@ def chat_request(req: TokenizeRequest, served_model: str) -> ChatCompletionReque
 
 def detokenize(req: DetokenizeRequest, template: ChatTemplate, limits: ServingLimits) -> DetokenizeResponse:
     check_model(req.model, limits)
-    tokens = req.tokens
-    if tokens and isinstance(tokens[0], list):  # SGLang's batch: one text per list
-        batch = [(ids, f"tokens.{i}") for i, ids in enumerate(tokens)]
-    else:
-        batch = [(tokens, "tokens")]
+    nested = [ids for ids in req.tokens if isinstance(ids, list)]
+    batch: list[tuple[list[Any], str]] = (
+        [(ids, f"tokens.{i}") for i, ids in enumerate(nested)] if nested else [(list(req.tokens), "tokens")]
+    )  # SGLang's batch: one text per list
     texts = [template.decode(_in_vocab(ids, where, limits.vocab_size), req.skip_special_tokens) for ids, where in batch]
-    text: str | list[str] = texts if tokens and isinstance(tokens[0], list) else texts[0]
+    text: str | list[str] = texts if nested else texts[0]
     return DetokenizeResponse(prompt=text, text=text)
 
 

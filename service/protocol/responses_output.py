@@ -1,5 +1,5 @@
 """Pydantic models of what ``POST /v1/responses`` returns: the ``Response`` object and the
-semantic stream events (shapes only, no logic; ``service/pipeline/responses/`` builds them).
+semantic stream events (shapes only, no logic; ``service/fronts/responses/`` builds them).
 
 Every object here parses with the ``openai`` package's ``Response`` / ``ResponseStreamEvent``
 types (tests/unit/service/test_responses_protocol.py). The output items subclass the input

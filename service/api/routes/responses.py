@@ -1,7 +1,7 @@
 """POST /v1/responses, GET and DELETE /v1/responses/{id}: the chat pipeline behind OpenAI's
 Responses API.
 
-Thin: ``service/pipeline/responses`` converts the request to a chat request (and error params
+Thin: ``service/fronts/responses`` converts the request to a chat request (and error params
 back), ``ChatPipeline`` runs it, the builder / event stream convert the result. ``store: true``
 keeps the response in the configured store (``service/responses_store.py``) under the owner of
 the request's API key (``request.state``, set by the gate); every lookup is under the caller's.
@@ -10,23 +10,23 @@ the request's API key (``request.state``, set by the gate); every lookup is unde
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel
 
-from grammars.errors import GrammarError
 from service.api.deps import get_state, ready_pipeline
 from service.api.disconnect import answer_unless_disconnected
 from service.api.gate import OWNER
 from service.api.sse import event_stream, frame
 from service.errors import ServiceError
+from service.fronts.base import FrontEvents, front_params
+from service.fronts.responses import ResponseBuilder, ResponseEventStream, to_chat_request
+from service.fronts.responses.keep import Keeper, conversation
 from service.pipeline.chat import ChatPipeline, PreparedChat
-from service.pipeline.responses import ParamMap, ResponseBuilder, ResponseEventStream, to_chat_request
-from service.protocol.responses import InputItem, MessageItem, ResponsesRequest
-from service.protocol.responses_output import Response
+from service.protocol.responses import InputItem, ResponsesRequest
+from service.protocol.responses_output import Response, ResponseStreamEvent
 from service.responses_store import MemoryResponseStore, ResponseStore
 from service.responses_store_redis import RedisResponseStore
 from service.settings import ResponsesSettings
@@ -54,26 +54,6 @@ def _owner(request: Request) -> str:
     return getattr(request.state, OWNER)  # type: ignore[no-any-return]
 
 
-@dataclass(frozen=True)
-class _Keeper:
-    """Stores a finished response (``store: true``); one too large to store says ``store: false``."""
-
-    store: ResponseStore
-    owner: str
-    inputs: tuple[InputItem, ...]
-
-    async def __call__(self, response: Response) -> None:
-        if not await self.store.put(self.owner, response, self.inputs):
-            log.warning(
-                "response %s not stored: larger than responses.max_entry_bytes, or the store is full", response.id
-            )
-            response.store = False
-
-
-def _inputs(body: ResponsesRequest) -> tuple[InputItem, ...]:
-    return (MessageItem(role="user", content=body.input),) if isinstance(body.input, str) else tuple(body.input)
-
-
 @router.post("/v1/responses", response_model=Response)
 async def create_response(
     body: ResponsesRequest,
@@ -90,20 +70,19 @@ async def create_response(
     elif body.store:
         await store.check()  # an unreachable store is a 503 before any work
     chat_request, params = to_chat_request(body, history)
-    try:
+    with front_params(params):
         prepared = await pipeline.prepare(chat_request)
-    except (ServiceError, GrammarError) as exc:
-        exc.param = params.to_responses(exc.param)
-        raise
     builder = ResponseBuilder(body)
-    keep = _Keeper(store, owner, history + _inputs(body)) if body.store else None
+    keep = Keeper(store, owner, conversation(body, history)) if body.store else None
     if body.stream:
-        return event_stream(_sse(_events(pipeline, prepared, builder, params, keep)))
+        stream = ResponseEventStream(builder)
+        events = FrontEvents(stream, params, _error_event(stream), keep.final if keep is not None else None)
+        return event_stream(_sse(events.run(pipeline.stream(prepared))))
     return await answer_unless_disconnected(request, _complete(pipeline, prepared, builder, keep))
 
 
 async def _complete(
-    pipeline: ChatPipeline, prepared: PreparedChat, builder: ResponseBuilder, keep: _Keeper | None
+    pipeline: ChatPipeline, prepared: PreparedChat, builder: ResponseBuilder, keep: Keeper | None
 ) -> Response:
     response = builder.from_completion(await pipeline.complete(prepared))
     if keep is not None:
@@ -123,39 +102,8 @@ async def delete_response(response_id: str, request: Request) -> dict[str, Any]:
     return {"id": response_id, "object": "response", "deleted": True}
 
 
-async def _events(
-    pipeline: ChatPipeline,
-    prepared: PreparedChat,
-    builder: ResponseBuilder,
-    params: ParamMap,
-    keep: _Keeper | None,
-) -> AsyncIterator[BaseModel]:
-    """The Responses events of one streamed request; a failure after the start is an ``error`` event."""
-    events = ResponseEventStream(builder)
-    for event in events.start():
-        yield event
-    chunks = pipeline.stream(prepared)
-    try:
-        async for chunk in chunks:
-            for event in events.feed(chunk):
-                yield event
-    except ServiceError as exc:
-        for event in events.error(exc.message, exc.code, params.to_responses(exc.param)):
-            yield event
-        return
-    finally:
-        await chunks.aclose()  # type: ignore[attr-defined]
-    final = events.finish()
-    last = final[-1]
-    if keep is not None and isinstance(getattr(last, "response", None), Response):
-        try:
-            await keep(last.response)  # type: ignore[attr-defined]
-        except ServiceError as exc:  # the store went away during generation
-            for event in events.error(exc.message, exc.code, exc.param):
-                yield event
-            return
-    for event in final:
-        yield event
+def _error_event(stream: ResponseEventStream) -> Callable[[ServiceError], list[ResponseStreamEvent]]:
+    return lambda exc: stream.error(exc.message, exc.code, exc.param)
 
 
 async def _sse(events: AsyncIterator[BaseModel]) -> AsyncIterator[bytes]:

@@ -8,7 +8,7 @@ import pytest
 
 from service.api.errors import anthropic_body, is_anthropic
 from service.errors import ConversionError, InvalidRequestError
-from service.pipeline.messages import MessageEventStream, from_completion, to_chat_request
+from service.fronts.messages import MessageEventStream, from_completion, to_chat_request
 from service.protocol.anthropic import MessagesRequest
 from service.protocol.openai import ChatCompletion, ChatCompletionChunk
 
@@ -99,12 +99,12 @@ def test_bad_requests_name_the_field(fields, param):
 
 def test_chat_paths_map_back():
     _, params = to_chat_request(req(messages=agent_history({"type": "tool_result", "tool_use_id": "toolu_1"})))
-    assert params.to_messages("tools.0.function.parameters.properties") == "tools.0.input_schema.properties"
-    assert params.to_messages("messages.1.tool_calls.0.function.arguments") == "messages.1.content.1.input"
-    assert params.to_messages("messages.2.tool_call_id") == "messages.2.content.0.tool_use_id"
-    assert params.to_messages("max_completion_tokens") == "max_tokens"
-    assert params.to_messages("max_reasoning_tokens") == "thinking.budget_tokens"
-    assert params.to_messages("stop") == "stop_sequences"
+    assert params.to_front("tools.0.function.parameters.properties") == "tools.0.input_schema.properties"
+    assert params.to_front("messages.1.tool_calls.0.function.arguments") == "messages.1.content.1.input"
+    assert params.to_front("messages.2.tool_call_id") == "messages.2.content.0.tool_use_id"
+    assert params.to_front("max_completion_tokens") == "max_tokens"
+    assert params.to_front("max_reasoning_tokens") == "thinking.budget_tokens"
+    assert params.to_front("stop") == "stop_sequences"
 
 
 def test_the_anthropic_envelope():

@@ -7,8 +7,8 @@ import pytest
 
 from service.engine import _bootstrap_args
 from service.errors import InvalidRequestError, UnsupportedParameterError
+from service.fronts.responses.convert_request import to_chat_request
 from service.pipeline.plan import make_plan
-from service.pipeline.responses.convert_request import to_chat_request
 from service.pipeline.validate import validate_completion, validate_request
 from service.protocol.completions import CompletionRequest
 from service.protocol.openai import ChatCompletionRequest
@@ -79,4 +79,4 @@ def test_out_of_range_values_are_refused_by_the_protocol() -> None:
 def test_responses_pass_the_fields_to_the_chat_request() -> None:
     converted, params = to_chat_request(ResponsesRequest.model_validate({"model": "m", "input": "hi", **PD}))
     assert (converted.bootstrap_host, converted.bootstrap_port, converted.bootstrap_room) == tuple(PD.values())
-    assert params.to_responses("bootstrap_room") == "bootstrap_room"
+    assert params.to_front("bootstrap_room") == "bootstrap_room"

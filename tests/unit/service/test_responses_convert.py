@@ -18,16 +18,16 @@ from grammars.errors import GrammarError
 from runtime_ext.formats import get_format
 from runtime_ext.formats.reasoning_formats import QWEN3
 from service.errors import ConversionError, InvalidRequestError, ServiceError, UnsupportedParameterError
-from service.pipeline.constraints import build_constraint
-from service.pipeline.response import ChunkFactory, completion, make_usage
-from service.pipeline.responses import (
-    ParamMap,
+from service.fronts.base import Origin
+from service.fronts.responses import (
     ResponseBuilder,
     ResponseEventStream,
+    ResponsesParamMap,
     to_chat_request,
 )
-from service.pipeline.responses.custom_tools import custom_call, custom_tool
-from service.pipeline.responses.param_map import MessageOrigin
+from service.fronts.responses.custom_tools import custom_call, custom_tool
+from service.pipeline.constraints import build_constraint
+from service.pipeline.response import ChunkFactory, completion, make_usage
 from service.pipeline.validate import validate_request
 from service.protocol.openai import (
     CustomCall,
@@ -206,8 +206,8 @@ def test_history_comes_after_the_instructions_and_its_calls_can_be_answered():
     converted, params = to_chat_request(request(instructions="sys", input=[output("call_a")]), history)
     assert [m.role for m in converted.messages] == ["system", "user", "assistant", "tool"]
     assert converted.messages[2].tool_calls[0].id == "call_a"
-    assert params.to_responses("messages.2.tool_calls.0.function.arguments") == "previous_response_id"
-    assert params.to_responses("messages.3.tool_call_id") == "input.0.call_id"
+    assert params.to_front("messages.2.tool_calls.0.function.arguments") == "previous_response_id"
+    assert params.to_front("messages.3.tool_call_id") == "input.0.call_id"
 
 
 @pytest.mark.parametrize(
@@ -312,16 +312,16 @@ def test_pipeline_errors_name_the_responses_field(kw, param):
     converted, params = to_chat_request(request(**kw))
     with pytest.raises((ServiceError, GrammarError)) as err:
         build_constraint(validate_request(converted, LIMITS, FORMATS), False)
-    assert params.to_responses(err.value.param) == param, err.value.param
+    assert params.to_front(err.value.param) == param, err.value.param
 
 
-PARAMS = ParamMap(
+PARAMS = ResponsesParamMap(
     (
-        MessageOrigin("instructions", "instructions"),
-        MessageOrigin("previous_response_id"),
-        MessageOrigin("input.0", "input.0.content"),
-        MessageOrigin("input.1", "input.2.content", "input.1.content", ("input.3", "input.4")),
-        MessageOrigin("input.5", "input.5.output", call_id="input.5.call_id"),
+        Origin("instructions", "instructions"),
+        Origin("previous_response_id"),
+        Origin("input.0", "input.0.content"),
+        Origin("input.1", "input.2.content", "input.1.content", ("input.3", "input.4")),
+        Origin("input.5", "input.5.output", call_id="input.5.call_id"),
     )
 )
 
@@ -358,7 +358,7 @@ PARAMS = ParamMap(
     ],
 )
 def test_param_map(chat_param, responses_param):
-    assert PARAMS.to_responses(chat_param) == responses_param
+    assert PARAMS.to_front(chat_param) == responses_param
 
 
 # --- completion -> Response ---------------------------------------------------------------

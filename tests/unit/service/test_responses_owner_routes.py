@@ -64,12 +64,12 @@ def test_an_unreachable_store_is_a_503(monkeypatch):
 
 
 def test_a_response_too_large_to_store_says_store_false():
-    from service.api.routes.responses import _Keeper
+    from service.fronts.responses.keep import Keeper
     from service.responses_store import MemoryResponseStore
 
     store = MemoryResponseStore(ttl_s=60, max_entry_bytes=1024, max_total_bytes=1 << 20)
     small, small_conv = response("short")
     large, large_conv = response("x" * 2000)
-    asyncio.run(_Keeper(store, "o", small_conv[:1])(small))
-    asyncio.run(_Keeper(store, "o", large_conv[:1])(large))
+    asyncio.run(Keeper(store, "o", small_conv[:1])(small))
+    asyncio.run(Keeper(store, "o", large_conv[:1])(large))
     assert small.store is True and large.store is False

@@ -13,7 +13,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from service.api.errors import install_error_handlers
-from service.pipeline.responses import ResponseBuilder, ResponseEventStream
+from service.fronts.responses import ResponseBuilder, ResponseEventStream
 from service.protocol.openai import (
     AssistantMessage,
     ChatCompletion,

@@ -6,14 +6,13 @@ converts its ``ChatCompletion`` (``ResponseBuilder.from_completion``) or its chu
 (``ResponseEventStream``) back. Nothing here imports a stage.
 """
 
-from service.pipeline.responses.build_response import ResponseBuilder, new_id, outcome
-from service.pipeline.responses.convert_request import to_chat_request
-from service.pipeline.responses.event_stream import ResponseEventStream
-from service.pipeline.responses.param_map import MessageOrigin, ParamMap
+from service.fronts.responses.build_response import ResponseBuilder, new_id, outcome
+from service.fronts.responses.convert_request import to_chat_request
+from service.fronts.responses.event_stream import ResponseEventStream
+from service.fronts.responses.param_map import ResponsesParamMap
 
 __all__ = [
-    "MessageOrigin",
-    "ParamMap",
+    "ResponsesParamMap",
     "ResponseBuilder",
     "ResponseEventStream",
     "new_id",

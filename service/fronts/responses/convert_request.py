@@ -1,5 +1,5 @@
 """A Responses request -> the ``ChatCompletionRequest`` the chat pipeline runs, plus the
-``ParamMap`` that turns the pipeline's error paths back into Responses paths.
+``ResponsesParamMap`` that turns the pipeline's error paths back into Responses paths.
 
 ``instructions`` become a leading system message; the items of ``history`` (the stored
 items of a ``previous_response_id`` chain) come next, then ``input``. An assistant turn is
@@ -10,20 +10,18 @@ becomes a ``tool`` message and must answer an earlier call's ``call_id``.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import ValidationError
-
 from service.errors import InvalidRequestError, UnsupportedParameterError
-from service.pipeline.responses.custom_tools import (
+from service.fronts.base import Origin, chat_request
+from service.fronts.responses.custom_tools import (
     custom_call,
     custom_ref,
     custom_tool,
 )
-from service.pipeline.responses.param_map import HISTORY, MessageOrigin, ParamMap
+from service.fronts.responses.param_map import HISTORY, ResponsesParamMap
 from service.protocol.openai import ChatCompletionRequest
 from service.protocol.responses import (
     AllowedToolsChoice,
@@ -49,25 +47,27 @@ from service.protocol.responses import (
 LOGPROBS = "message.output_text.logprobs"
 
 
-def to_chat_request(req: ResponsesRequest, history: Sequence[InputItem] = ()) -> tuple[ChatCompletionRequest, ParamMap]:
+def to_chat_request(
+    req: ResponsesRequest, history: Sequence[InputItem] = ()
+) -> tuple[ChatCompletionRequest, ResponsesParamMap]:
     """The chat request for ``req``; raises InvalidRequestError (``param``: a Responses path)."""
     talk = _Conversation()
     if req.instructions is not None:
-        talk.append({"role": "system", "content": req.instructions}, MessageOrigin("instructions", "instructions"))
+        talk.append({"role": "system", "content": req.instructions}, Origin("instructions", "instructions"))
     for item in history:
         talk.add(item, HISTORY)
     if isinstance(req.input, str):
-        talk.append({"role": "user", "content": req.input}, MessageOrigin("input", "input"))
+        talk.append({"role": "user", "content": req.input}, Origin("input", "input"))
     else:
         for i, item in enumerate(req.input):
             talk.add(item, f"input.{i}")
     talk.close()
-    params = ParamMap(tuple(talk.origins))
+    params = ResponsesParamMap(tuple(talk.origins))
     payload: dict[str, Any] = {"model": req.model, "messages": talk.messages}
     payload |= _sampling(req) | _output(req) | _reasoning(req) | _tools(req, talk.custom_paths)
     if req.stream:
         payload |= {"stream": True, "stream_options": {"include_usage": True}}
-    return _chat_request(payload, params), params
+    return chat_request(payload, params), params
 
 
 def _present(**fields: Any) -> dict[str, Any]:
@@ -185,12 +185,12 @@ def _sub(path: str, name: str) -> str:
 class _Conversation:
     def __init__(self) -> None:
         self.messages: list[dict[str, Any]] = []
-        self.origins: list[MessageOrigin] = []
+        self.origins: list[Origin] = []
         self.custom_paths: list[str] = []
         self._turn: _Turn | None = None
         self._calls: dict[str, set[str]] = {"function": set(), "custom": set()}
 
-    def append(self, message: dict[str, Any], origin: MessageOrigin) -> None:
+    def append(self, message: dict[str, Any], origin: Origin) -> None:
         self.close()
         self.messages.append(message)
         self.origins.append(origin)
@@ -198,13 +198,13 @@ class _Conversation:
     def close(self) -> None:
         turn, self._turn = self._turn, None
         if turn is not None:
-            origin = MessageOrigin(turn.path, turn.content_path, turn.reasoning_path, tuple(turn.call_paths))
+            origin = Origin(turn.path, turn.content_path, turn.reasoning_path, tuple(turn.call_paths))
             self.messages.append(turn.message)
             self.origins.append(origin)
 
     def add(self, item: InputItem, path: str) -> None:
         if isinstance(item, MessageItem):
-            self.append({"role": item.role, "content": _text(item.content)}, MessageOrigin(path, _sub(path, "content")))
+            self.append({"role": item.role, "content": _text(item.content)}, Origin(path, _sub(path, "content")))
         elif isinstance(item, ReasoningItem):
             self.close()
             self._turn = _Turn(path, reasoning_path=_sub(path, "content"))
@@ -249,18 +249,4 @@ class _Conversation:
                 param=_sub(path, "call_id"),
             )
         message = {"role": "tool", "tool_call_id": item.call_id, "content": item.output}
-        self.append(message, MessageOrigin(path, _sub(path, "output"), call_id=_sub(path, "call_id")))
-
-
-_UNION_TAG = re.compile(r"[\[(']|^[A-Z][A-Za-z]+$|^(str|int|float|bool|dict|list|none)$")
-
-
-def _chat_request(payload: dict[str, Any], params: ParamMap) -> ChatCompletionRequest:
-    """Validate the chat request; the Responses model mirrors chat's limits, so a failure here
-    is still reported against the Responses field it came from."""
-    try:
-        return ChatCompletionRequest.model_validate(payload)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"] if not _UNION_TAG.search(str(p)))
-        raise InvalidRequestError(first["msg"], param=params.to_responses(loc)) from None
+        self.append(message, Origin(path, _sub(path, "output"), call_id=_sub(path, "call_id")))

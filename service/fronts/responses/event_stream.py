@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from service.errors import ConversionError
-from service.pipeline.responses.build_response import (
+from service.fronts.responses.build_response import (
     ResponseBuilder,
     delta_logprobs,
     outcome,

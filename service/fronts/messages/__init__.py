@@ -1,5 +1,5 @@
 """``POST /v1/messages`` on the chat pipeline: the pure conversions around it, the same
-pattern as ``service/pipeline/responses``.
+pattern as ``service/fronts/responses``.
 
 Not a stage: the route converts a ``MessagesRequest`` into a ``ChatCompletionRequest``
 (``to_chat_request``, with the ``MessagesParamMap`` for error paths), runs ``ChatPipeline``,
@@ -7,14 +7,13 @@ and converts its ``ChatCompletion`` (``from_completion``) or its chunks
 (``MessageEventStream``) back. Nothing here imports a stage.
 """
 
-from service.pipeline.messages.build_message import MessageEventStream, error_event, from_completion, new_message_id
-from service.pipeline.messages.convert_request import to_chat_request
-from service.pipeline.messages.param_map import MessagesParamMap, Origin
+from service.fronts.messages.build_message import MessageEventStream, error_event, from_completion, new_message_id
+from service.fronts.messages.convert_request import to_chat_request
+from service.fronts.messages.param_map import MessagesParamMap
 
 __all__ = [
     "MessageEventStream",
     "MessagesParamMap",
-    "Origin",
     "error_event",
     "from_completion",
     "new_message_id",

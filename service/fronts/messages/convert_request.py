@@ -12,13 +12,11 @@ Anthropic's default is; ``enabled`` turns it on with ``budget_tokens`` as the ex
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
-from pydantic import ValidationError
-
 from service.errors import InvalidRequestError
-from service.pipeline.messages.param_map import MessagesParamMap, Origin
+from service.fronts.base import Origin, chat_request
+from service.fronts.messages.param_map import MessagesParamMap
 from service.protocol.anthropic import (
     CountTokensRequest,
     InputMessage,
@@ -58,7 +56,7 @@ def to_chat_request(req: MessagesRequest | CountTokensRequest) -> tuple[ChatComp
                 param=f"messages.{len(req.messages) - 1}.role",
             )
         payload |= _sampling(req)
-    return _chat_request(payload, params), params
+    return chat_request(payload, params), params
 
 
 def _sampling(req: MessagesRequest) -> dict[str, Any]:
@@ -184,15 +182,3 @@ class _Conversation:
         if thoughts:
             message["reasoning_content"] = "".join(thoughts)
         self.append(message, Origin(path, content_path, reasoning_path, tuple(calls)))
-
-
-_UNION_TAG = re.compile(r"[\[(']|^[A-Z][A-Za-z]+$|^(str|int|float|bool|dict|list|none)$")
-
-
-def _chat_request(payload: dict[str, Any], params: MessagesParamMap) -> ChatCompletionRequest:
-    try:
-        return ChatCompletionRequest.model_validate(payload)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"] if not _UNION_TAG.search(str(p)))
-        raise InvalidRequestError(first["msg"], param=params.to_messages(loc)) from None
