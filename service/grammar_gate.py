@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,7 +30,7 @@ from grammars.compile import CompileStats, VocabFacts
 from grammars.errors import CompilerBusyError, GrammarError
 from runtime_ext.grammar_route import with_fallback
 from service.errors import CompilerBusyServiceError
-from service.metrics import GRAMMAR_CACHE, GRAMMAR_COMPILE_SECONDS, GRAMMAR_FALLBACKS
+from service.metrics import GRAMMAR_CACHE, GRAMMAR_COMPILE_SECONDS, GRAMMAR_FALLBACKS, SCHEMA_IGNORED_KEYWORDS
 from service.types import DecodeConstraint
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,7 @@ class GrammarService:
         SGLang compiles it once, lazily); anything else is compiled here first (xgrammar).
         Raises grammars.errors.GrammarError subclasses (mapped to 400 by the API), or
         ``CompilerBusyServiceError`` (503) when the machine is too busy to compile in time."""
+        count_ignored(constraint.ignored)
         lark = await self._routed(constraint)
         if lark is not None:
             GRAMMAR_CACHE.labels(kind="llguidance_lark", result="routed").inc()
@@ -106,3 +108,21 @@ class GrammarService:
 
     def close(self) -> None:
         self._compiler.close()
+
+
+_LABEL = re.compile(r"[A-Za-z_$][A-Za-z0-9_$-]{0,39}")
+_MAX_LABELS = 64
+_labels: set[str] = set()
+
+
+def count_ignored(ignored: tuple[str, ...]) -> None:
+    """Count each ignored keyword occurrence (``[tool: ]keyword at /pointer``) by name; the
+    names are the client's, so past ``_MAX_LABELS`` distinct ones (or for a name that is not
+    a plain identifier) the label is ``other``."""
+    for entry in ignored:
+        name = entry.rsplit(" at ", 1)[0].rsplit(": ", 1)[-1]
+        if _LABEL.fullmatch(name) and (name in _labels or len(_labels) < _MAX_LABELS):
+            _labels.add(name)
+        else:
+            name = "other"
+        SCHEMA_IGNORED_KEYWORDS.labels(keyword=name).inc()

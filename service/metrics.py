@@ -248,6 +248,13 @@ GRAMMAR_COMPILE_SECONDS = Histogram(
 GRAMMAR_CACHE = Counter(
     "structserve_grammar_cache", "Grammar compile cache lookups", ["kind", "result"], registry=REGISTRY
 )
+SCHEMA_IGNORED_KEYWORDS = Counter(
+    "structserve_schema_ignored_keywords",
+    "Unknown schema keywords ignored as annotations, per occurrence (keyword: its name, or 'other' "
+    "past the first 64 names or for a name that is not a plain identifier)",
+    ["keyword"],
+    registry=REGISTRY,
+)
 SCHEMA_VALIDATION_FAILURES = Counter(
     "structserve_schema_validation_failures",
     "JSON outputs failing post-validation (reason: truncated by max_tokens, or invalid)",

@@ -130,6 +130,7 @@ class DecodeConstraint:
     value: str
     validate_schema: dict[str, Any] | bool | None = None  # post-validation (the original schema)
     loosened: tuple[str, ...] = ()  # "keyword at /pointer" dropped from the grammar
+    ignored: tuple[str, ...] = ()  # "keyword at /pointer": unknown keywords (annotations), ignored
     param: str | None = None  # the request field it came from, for error messages
     # (request field, canonical JSON schema) of each schema inside a combined grammar, to
     # name the culprit when the whole fails to compile

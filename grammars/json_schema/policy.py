@@ -6,7 +6,8 @@ may emit a subset of the valid instances, never an invalid one) by
 ``GrammarCompiler.compile_json_schema(schema, any_whitespace=False, strict_mode=True)``
 (what SGLang does with ``constrained_json_disable_any_whitespace=True``). The evidence
 is ``KEYWORDS.md`` and ``tests/grammars/test_schema_suite.py``; ``KEYWORDS`` below is
-the table. Everything not in the table is an unknown keyword: unsupported.
+the table. Everything not in the table is an unknown keyword: an annotation, removed before
+generation and listed in ``CheckedSchema.ignored`` (``annotations.py``).
 
 Decisions:
 - The root must be a JSON object; boolean root schemas are ``InvalidSchemaError``
@@ -28,7 +29,7 @@ import copy
 import functools
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from grammars.errors import (
@@ -39,6 +40,7 @@ from grammars.errors import (
     UnsupportedKeywordError,
 )
 from grammars.json_schema.access import member_dict
+from grammars.json_schema.annotations import strip_unknown
 from grammars.json_schema.canonical import (
     Node,
     canonical_json,
@@ -95,14 +97,16 @@ class CheckedSchema:
 
     Attributes:
         schema: the schema to compile: the input object itself when nothing was
-            loosened, else a new copy without the ``loosened`` keywords.
+            loosened or ignored, else a new copy without those keywords.
         canonical: ``canonical_json(schema)``: what to compile, and the cache key.
         loosened: the keywords dropped (empty unless ``allow_loosening``).
+        ignored: the unknown keywords removed (annotations: no effect on validity).
     """
 
     schema: dict[str, Any]
     canonical: str
     loosened: tuple[Unsupported, ...] = ()
+    ignored: tuple[Unsupported, ...] = ()
 
 
 def check_schema(schema: Any, *, limits: SchemaLimits = SchemaLimits(), allow_loosening: bool = False) -> CheckedSchema:
@@ -123,13 +127,14 @@ def check_schema(schema: Any, *, limits: SchemaLimits = SchemaLimits(), allow_lo
         raise InvalidSchemaError(f"the schema must be a JSON object, got {type(schema).__name__}: {hint}", pointer="")
     _check_limits(schema, limits)
     _check_metaschema(schema)
+    schema, ignored = strip_unknown(schema)
     problems = _problems(schema)
     if problems and not allow_loosening:
         raise UnsupportedKeywordError(problems)
     check_patterns(schema)  # every regex is matched again when the output is validated
     checked = _loosen(schema, problems) if problems else CheckedSchema(schema, canonical_json(schema))
     check_productive(checked.schema)
-    return checked
+    return replace(checked, ignored=ignored) if ignored else checked
 
 
 def _check_limits(schema: dict[str, Any], limits: SchemaLimits) -> None:

@@ -18,7 +18,11 @@ Semantics (every format built here):
   call list, or text whose first non-space character is not ``[``).
 - ``required``: calls from the first generated token, no text before or after.
 - ``named``: like ``required`` with only ``named``'s tool.
-- ``parallel=False``: at most one call (exactly one for required/named).
+- ``parallel=False``: at most one call (exactly one for required/named). Harmony
+  (gpt-oss) always carries one call: its ``<|call|>`` is a stop token that ends the
+  turn, so the grammar ends at the arguments and the stop token follows.
+- Kimi-K2's call counter (``functions.NAME:IDX``) is any number of at most
+  ``CALL_COUNTER_DIGITS`` digits.
   ``parallel=True``: calls separated by the format's separator (a whitespace
   separator, e.g. qwen's ``"\n"``, is any whitespace run of at most
   ``CALL_WHITESPACE_LIMIT`` characters).
@@ -59,6 +63,8 @@ JSON_WHITESPACE_LIMIT = 1
 """Longest whitespace run inside arguments when no ``json_grammar`` is given."""
 CALL_WHITESPACE_LIMIT = 2
 """Longest whitespace run between two calls and after the last one (before EOS)."""
+CALL_COUNTER_DIGITS = 6
+"""Longest call counter (Kimi-K2's ``functions.NAME:IDX``)."""
 
 
 @dataclass(frozen=True)
@@ -118,8 +124,23 @@ def _tags(fmt: ToolFormat, tools: Sequence[ToolSpec], json_grammar: JsonGrammar 
             before, after, content = f"{tool.name}(", ")", pythonic_arguments(tool.name, tool.parameters)
         else:
             (before, after), content = call_frame(fmt, tool.name), _arguments(tool, json_grammar)
+            before, content, after = _counted(fmt, tool.name, before, content, after)
         tags.append({"type": "tag", "begin": before, "content": content, "end": after})
     return tags
+
+
+def _counted(
+    fmt: ToolFormat, name: str, before: str, content: dict[str, Any], after: str
+) -> tuple[str, dict[str, Any], str]:
+    """A JSON call's pieces as forced: Kimi-K2's call counter is any number (``index_sep``);
+    a Harmony call ends at its arguments, its ``<|call|>`` being the turn's stop token."""
+    if fmt.index_sep:
+        counter = {"type": "regex", "pattern": f"[0-9]{{1,{CALL_COUNTER_DIGITS}}}"}
+        name_end = {"type": "const_string", "value": fmt.name_end}
+        return fmt.call_start + name + fmt.index_sep, _seq(counter, name_end, content), after
+    if fmt.style is CallStyle.HARMONY:
+        return before, content, ""
+    return before, content, after
 
 
 def _ws(limit: int = CALL_WHITESPACE_LIMIT) -> dict[str, Any]:
@@ -149,6 +170,8 @@ def _repeated(first: dict[str, Any], more: dict[str, Any], parallel: bool) -> di
 def _calls(fmt: ToolFormat, tags: list[dict[str, Any]], parallel: bool) -> dict[str, Any]:
     """One or more calls (exactly one unless ``parallel``) with their group markers."""
     call = _one_of(tags)
+    if fmt.style is CallStyle.HARMONY:
+        return call  # one call per turn: its <|call|> ends the turn
     calls = _repeated(call, _seq(_separator(fmt), call), parallel)
     if fmt.style in (CallStyle.JSON_ARRAY, CallStyle.NAMED_BLOCKS, CallStyle.PYTHONIC):
         opening, closing = group_frame(fmt)
@@ -198,6 +221,8 @@ def _format(
         body = {"type": "or", "elements": [calls, answer]}
     elif fmt.style in (CallStyle.JSON_ARRAY, CallStyle.NAMED_BLOCKS):
         body = {"type": "triggered_tags", "triggers": [fmt.opener], "tags": [calls], "stop_after_first": True}
+    elif fmt.style is CallStyle.HARMONY:
+        body = {"type": "triggered_tags", "triggers": [fmt.call_start], "tags": tags, "stop_after_first": True}
     elif fmt.style is CallStyle.TAGGED:
         body = _tagged_auto(fmt, tags, parallel)
     elif fmt.style is CallStyle.XML_PARAMS:

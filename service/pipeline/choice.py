@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from grammars.lark import InputStream
 from runtime_ext.formats import ReasoningFormat
 from runtime_ext.parsers import ParseEvent, ReasoningEvent, ReasoningParser, ToolCallParser
-from service.pipeline.output_validation import validate_calls, validate_output
+from service.pipeline.output_validation import validate_calls, validate_output, with_ignored
 from service.protocol.openai import (
     CustomCall,
     CustomToolCall,
@@ -173,11 +173,13 @@ class ChoiceOutput:
         text = "".join(self.content)
         calls = [c.made() for _, c in sorted(self.calls.items())]
         if self.parser is None or self.tools is None:  # a parser exists exactly when tools do
-            return ChoiceResult(text, None, finish_reason, validate_output(text, self.constraint, finish_reason))
+            validated = with_ignored(validate_output(text, self.constraint, finish_reason), self.constraint)
+            return ChoiceResult(text, None, finish_reason, validated)
         complete = len(self.parser.result().calls)
         validation = validate_calls(calls, complete, self.tools.schema_of, finish_reason)
         if text.strip() or not calls:
             validation = validate_output(text, self.constraint, finish_reason) or validation
         if complete and finish_reason == "stop":
             finish_reason = "tool_calls"
+        validation = with_ignored(validation, self.constraint)
         return ChoiceResult(text or (None if calls else ""), calls or None, finish_reason, validation)

@@ -80,9 +80,18 @@ def _loosened(checked: CheckedSchema, prefix: str = "") -> tuple[str, ...]:
     return tuple(f"{prefix}{u.keyword} at {u.pointer or '/'}" for u in checked.loosened)
 
 
+def _ignored(checked: CheckedSchema, prefix: str = "") -> tuple[str, ...]:
+    return tuple(f"{prefix}{u.keyword} at {u.pointer or '/'}" for u in checked.ignored)
+
+
 def _json_constraint(checked: CheckedSchema, schema: Any, param: str) -> DecodeConstraint:
     return DecodeConstraint(
-        "json_schema", checked.canonical, validate_schema=schema, loosened=_loosened(checked), param=param
+        "json_schema",
+        checked.canonical,
+        validate_schema=schema,
+        loosened=_loosened(checked),
+        ignored=_ignored(checked),
+        param=param,
     )
 
 
@@ -104,6 +113,7 @@ def _tool_constraint(
     tools: ToolRequest, loosen: bool, answer: tuple[CheckedSchema, Any, str] | None
 ) -> DecodeConstraint:
     specs, loosened = [], list(_loosened(answer[0]) if answer else ())
+    ignored = list(_ignored(answer[0]) if answer else ())
     parts = [(answer[2], answer[0].canonical)] if answer else []
     for i, tool in enumerate(tools.tools):
         if tool.parameters is None or tool.kind == "custom":
@@ -112,6 +122,7 @@ def _tool_constraint(
             param = f"tools.{i}.function.parameters"
             checked = _checked(tool.parameters, loosen, param)
             loosened += _loosened(checked, f"{tool.name}: ")
+            ignored += _ignored(checked, f"{tool.name}: ")
             parts.append((param, checked.canonical))
         if tool.name in tools.allowed:
             specs.append(_spec(tool, checked))
@@ -135,6 +146,7 @@ def _tool_constraint(
         constraint.value,
         validate_schema=answer[1] if answer else None,
         loosened=tuple(loosened),
+        ignored=tuple(ignored),
         param="tools",
         parts=tuple(parts),
     )

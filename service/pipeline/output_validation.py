@@ -1,5 +1,5 @@
 """Choice stage helper: post-validation of JSON output against the client's schema (Draft 2020-12;
-its regexes matched by RE2 in linear time, ``grammars.validation``).
+its regexes matched by RE2 in linear time, ``grammars.json_schema.validation``).
 
 With strict decoding a failure should only happen on truncation; when it happens
 anyway it is counted and shown on the choice (``schema_validation``), never hidden.
@@ -48,6 +48,14 @@ def validate_calls(
     if not result.valid:
         SCHEMA_VALIDATION_FAILURES.labels(reason="truncated" if finish_reason == "length" else "invalid").inc()
     return result
+
+
+def with_ignored(result: SchemaValidation | None, constraint: DecodeConstraint | None) -> SchemaValidation | None:
+    """``result`` naming the schema's unknown keywords (annotations the grammar and the
+    validation ignored), when there are any."""
+    if result is None or constraint is None or not constraint.ignored:
+        return result
+    return result.model_copy(update={"ignored_keywords": list(constraint.ignored)})
 
 
 def _first_error(value: Any, schema: Any) -> str | None:

@@ -259,6 +259,9 @@ class SchemaValidation(BaseModel):
 
     valid: bool
     error: str | None = None
+    # unknown keywords of the schema (annotations under JSON Schema 2020-12), ignored for
+    # generation and validation, as "keyword at /pointer" (a tool's: "name: keyword at ...")
+    ignored_keywords: list[str] | None = None
 
 
 class Choice(BaseModel):

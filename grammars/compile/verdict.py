@@ -1,0 +1,79 @@
+"""One answer per JSON schema: served or refused, by which library, what was ignored, why.
+
+``schema_verdict`` runs what the service runs for a ``response_format`` schema or a tool's
+``parameters``: the policy (``grammars.json_schema.check_schema``), then the llguidance route
+(``LarkRouter.route``: translation and llguidance's own validation, no tokenizer), and, for a
+schema llguidance does not take, the bounded xgrammar compile when a compiler is given. The
+coverage bench and the service's gate read the same verdict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from grammars.compile.compiler import GrammarCompiler
+from grammars.compile.llguidance_route import LarkRouter
+from grammars.errors import CompilerBusyError, GrammarError, Unsupported
+from grammars.json_schema.policy import CheckedSchema, check_schema
+
+__all__ = ["SchemaVerdict", "schema_verdict"]
+
+Library = Literal["llguidance", "xgrammar"]
+
+
+@dataclass(frozen=True)
+class SchemaVerdict:
+    """Attributes:
+    served: the schema is served (generation enforces it, or what ``loosened`` names
+        was dropped on request); False: refused with a 400.
+    library: ``llguidance`` or ``xgrammar`` when served, else None.
+    ignored: the unknown keywords ignored (annotations), as ``keyword at /pointer``.
+    loosened: the assertion keywords dropped on request (``allow_loosening``).
+    reason: the 400 message when refused (None when served).
+    code: the error code of that 400 (``unsupported_schema_keyword`` ...), else None.
+    checked: the policy's result when it passed, else None.
+    lark: the llguidance grammar when routed there, else None.
+    """
+
+    served: bool
+    library: Library | None
+    ignored: tuple[str, ...] = ()
+    loosened: tuple[str, ...] = ()
+    reason: str | None = None
+    code: str | None = None
+    checked: CheckedSchema | None = None
+    lark: str | None = None
+
+
+def named(found: tuple[Unsupported, ...]) -> tuple[str, ...]:
+    """``keyword at /pointer`` for each occurrence."""
+    return tuple(f"{u.keyword} at {u.pointer or '/'}" for u in found)
+
+
+def schema_verdict(
+    schema: Any,
+    *,
+    allow_loosening: bool = False,
+    router: LarkRouter | None = None,
+    compiler: GrammarCompiler | None = None,
+) -> SchemaVerdict:
+    """The verdict for ``schema``. ``router`` None: llguidance is not asked (the xgrammar
+    backend); ``compiler`` None: a schema left to xgrammar is assumed to compile (the
+    policy passed it). ``CompilerBusyError`` propagates (the machine, not the schema)."""
+    try:
+        checked = check_schema(schema, allow_loosening=allow_loosening)
+    except GrammarError as exc:
+        return SchemaVerdict(False, None, reason=exc.message, code=exc.code)
+    ignored, loosened = named(checked.ignored), named(checked.loosened)
+    lark = router.route("json_schema", checked.canonical) if router is not None else None
+    if lark is not None:
+        return SchemaVerdict(True, "llguidance", ignored, loosened, checked=checked, lark=lark)
+    if compiler is not None:
+        try:
+            compiler.compile_json_schema(checked.canonical)
+        except CompilerBusyError:
+            raise
+        except GrammarError as exc:
+            return SchemaVerdict(False, None, ignored, loosened, exc.message, exc.code, checked)
+    return SchemaVerdict(True, "xgrammar", ignored, loosened, checked=checked)
