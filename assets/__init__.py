@@ -43,8 +43,10 @@ __all__ = [
     "ConversionError",
     "HashMismatchError",
     "RegistryUnreachableError",
+    "DEFAULT_MODEL",
     "calibration_text",
     "default_cache_dir",
+    "default_model_dir",
     "eval_text",
     "fetch",
     "model_dir",
@@ -62,6 +64,9 @@ benchmarks, never for the default test suite)."""
 KNOWN_ASSET_NAMES: tuple[str, ...] = ASSET_NAMES + OPTIONAL_ASSET_NAMES
 
 MODEL_NAMES: tuple[str, ...] = ("smollm2", "qwen3-tiny", "qwen2.5-coder")
+
+DEFAULT_MODEL = "smollm2"
+"""The model served, and used by the offline tools, when none is given: SmolLM2-135M-Instruct."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +121,11 @@ def model_dir(name: str, cache_dir: Path | None = None) -> Path:
     if result is None:  # fetch() fills every requested name; this is a bug if reached
         raise AssetError(f"asset {name!r} was fetched but has no path")
     return result
+
+
+def default_model_dir(cache_dir: Path | None = None) -> Path:
+    """The checkpoint dir of ``DEFAULT_MODEL``, fetched first if missing."""
+    return model_dir(DEFAULT_MODEL, cache_dir)
 
 
 def calibration_text(cache_dir: Path | None = None) -> str:

@@ -10,7 +10,6 @@ from typing import Annotated, NoReturn, Optional
 
 import typer
 
-DEFAULT_MODEL_ASSET = "smollm2"
 # an engine process died: /ready answers 503 for at least LINGER, requests in flight get their
 # error (at most GRACE), then the process exits 1
 ENGINE_DEATH_LINGER_S, ENGINE_DEATH_GRACE_S = 1.0, 5.0
@@ -108,11 +107,11 @@ def _exit_zero_after_graceful_sigterm(server: object) -> None:
 
 
 def _default_model(cache_dir: Optional[Path]) -> Path:
-    from assets import model_dir
+    from assets import default_model_dir
     from assets.errors import AssetError
 
     try:
-        return model_dir(DEFAULT_MODEL_ASSET, cache_dir)
+        return default_model_dir(cache_dir)
     except AssetError as exc:
         typer.echo(f"structserve: cannot prepare the default model: {exc}", err=True)
         raise typer.Exit(1)

@@ -120,9 +120,9 @@ def kv_calibrate(
     from rich.table import Table
     from tqdm import tqdm
 
-    from assets import calibration_text, fetch
+    from assets import calibration_text, default_model_dir, fetch
 
-    model_dir = model or fetch(["smollm2"]).smollm2
+    model_dir = model or default_model_dir()
     try:
         check_output(out, model_dir, overwrite=overwrite, inputs={"--text": text}, kind="file")
     except OutputRefused as exc:

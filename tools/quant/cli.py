@@ -21,9 +21,9 @@ OverwriteOpt = Annotated[bool, typer.Option("--overwrite", help="replace an exis
 
 
 def _model_dir(model: Optional[Path]) -> Path:
-    from assets import fetch
+    from assets import default_model_dir
 
-    return model or fetch(["smollm2"]).smollm2
+    return model or default_model_dir()
 
 
 def _text(text: Optional[Path]) -> str:
