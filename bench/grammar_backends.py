@@ -1,4 +1,4 @@
-"""Choose the grammar library by measurement (issue 19.4): xgrammar 0.2.7 vs llguidance 1.9.1, the
+"""Choose the grammar library by measurement: xgrammar 0.2.7 vs llguidance 1.9.1, the
 two grammar backends SGLang 0.5.23 ships, on the same corpora and the same tokenizer (SmolLM2's).
 
 Corpora:

@@ -1,4 +1,4 @@
-"""Why a compiled grammar is not handed from the service's worker to SGLang (issue 19, part 3).
+"""Why a compiled grammar is not handed from the service's worker to SGLang.
 
 For each grammar: xgrammar compile time (the service's settings: ``grammars.compile.xgrammar_calls``),
 ``CompiledGrammar.serialize_json`` time and size, ``deserialize_json`` time, and the compiled

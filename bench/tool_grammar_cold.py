@@ -1,4 +1,4 @@
-"""Cold tool-call grammars (issue 19 part 3): what a new 64-tool set costs before its first token.
+"""Cold tool-call grammars: what a new 64-tool set costs before its first token.
 
 1. Library: the 64-tool grammar (qwen and generic, auto and required) on SmolLM2's tokenizer,
    in this process: xgrammar's compile as SGLang runs it (``compile_structural_tag``), against

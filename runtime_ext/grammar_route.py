@@ -3,7 +3,7 @@
 SGLang 0.5.23 runs one grammar backend per scheduler (``--grammar-backend``); the service
 starts it with xgrammar. xgrammar builds a token mask for every counted position of a
 bounded string when it compiles, so a 64-tool call grammar takes seconds; llguidance
-builds masks as the parser reaches them (docs/benchmarks.md, issue 19 parts 3 and 4).
+builds masks as the parser reaches them (docs/benchmarks.md).
 The service therefore sends tool-call grammars as llguidance Lark
 (``grammars.compile.llguidance_lark``), under SGLang's ``ebnf`` key.
 

@@ -4,7 +4,7 @@ Pure: builds text only (imports neither torch, sglang, fastapi nor llguidance).
 
 ``grammars.tool_calls.constraint`` builds an xgrammar structural tag; xgrammar builds a token mask
 for every counted position of a bounded string up front (a 64-tool set takes seconds,
-docs/benchmarks.md, issue 19 part 3), while llguidance builds masks as the parser reaches
+docs/benchmarks.md), while llguidance builds masks as the parser reaches
 them. This module translates the structural-tag elements ``grammars.tool_calls.constraint`` emits
 into one Lark grammar for llguidance 1.9.1 (its docs/syntax.md):
 

@@ -1,5 +1,5 @@
 """A tool-call grammar is compiled once for the service and SGLang's scheduler together, by
-llguidance, lazily (issue 19 part 3): the service only translates and validates it
+llguidance, lazily: the service only translates and validates it
 (``grammars.compile.llguidance_route``), the scheduler builds it (``runtime_ext.grammar_route``),
 and a repeat is a cache hit on both sides. The counts are the scheduler's own
 (``structserve_engine_grammar_compiles``) and the service's (``structserve_grammar_cache``).

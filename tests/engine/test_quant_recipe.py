@@ -1,4 +1,4 @@
-"""The README's quantization recipe end to end on SmolLM2, each step its real CLI command:
+"""The quantization recipe of docs/quantization.md end to end on SmolLM2, each step its real CLI command:
 `structserve quant calibrate` (SmoothQuant) -> `quant scan` on the smoothed checkpoint -> `quant
 export --sensitive-layers` of the scan's own file. The scan flags single shards of fused modules
 (qkv, gate_up); its fallback list keeps those modules whole, so the export loads:
@@ -46,7 +46,7 @@ def cli(*args: str) -> str:
 
 @pytest.fixture(scope="module")
 def recipe(assets, tmp_path_factory):
-    """(smoothed dir, scan file, export dir): the README commands with small token counts."""
+    """(smoothed dir, scan file, export dir): the recipe's commands with small token counts."""
     work = tmp_path_factory.mktemp("recipe")
     smoothed, scan, export = work / "smoothed", work / "sens.json", work / "smol-w8a8"
     cli("calibrate", "--model", str(assets.smollm2), "--tokens", "256", "--out", str(smoothed))
