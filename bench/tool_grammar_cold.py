@@ -7,8 +7,8 @@
 2. Served: ``structserve serve`` on SmolLM2 with ``grammar.backend`` llguidance (the default)
    and xgrammar, one after the other. 64 rendered tools are a 14,000-token prompt, past SmolLM2's
    8,192-token context, so the served tool set is 24 tools (``--served-tools``), the corpus tools
-   with the longest ``maxLength`` first (the ones xgrammar is slow on, part 3 of
-   docs/benchmarks.md). Per trial a new tool set (a unique first name):
+   with the longest ``maxLength`` first (the ones xgrammar is slow on: CHANGELOG.md,
+   structured outputs). Per trial a new tool set (a unique first name):
    r1 ``required`` + ``parallel_tool_calls: false`` (new prompt, new grammar), r2 the same with
    ``parallel_tool_calls: true`` (the prompt is cached now, the grammar is new), r3 = r2 again
    (both cached). Latency of one token (``max_tokens`` 1); the grammar's cost is r2 - r3. Counts
