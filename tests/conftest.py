@@ -7,6 +7,8 @@ import pytest
 from tests.scripted_serve import SCRIPT_ENV
 from tests.server import ScriptedServer, ServerProcess
 
+pytest_plugins = ["tests.suite_clock"]
+
 
 @pytest.fixture(scope="session")
 def assets():
