@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, replace
 
 from service import metrics
@@ -25,12 +25,14 @@ from service.pipeline.validate import validate_request
 from service.protocol.openai import ChatCompletion, ChatCompletionChunk, ChatCompletionRequest
 from service.types import (
     ChatTemplate,
+    ChoiceStep,
     EngineClient,
     FinishedChoice,
     GenerationPlan,
     GrammarChecker,
     ModelFormats,
     Piece,
+    PromptIds,
     ServingLimits,
     ValidatedRequest,
 )
@@ -63,12 +65,20 @@ class ChatPipeline:
 
     async def prepare(self, raw: ChatCompletionRequest) -> PreparedChat:
         request = validate_request(raw, self.limits, self.formats)
-        constraint = build_constraint(request, self.default_loosening)
-        prompt = build_prompt(request, self.template)
-        plan = make_plan(request, prompt, self.limits, constraint)
-        if constraint is not None:  # last: the only stage that may take real time
-            plan = replace(plan, constraint=await self.grammar.ensure_compiles(constraint))
+        (plan,) = await self.plans(request, lambda: [build_prompt(request, self.template)])
         return PreparedChat(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), request, plan)
+
+    async def plans(
+        self, request: ValidatedRequest, prompts: Callable[[], Sequence[PromptIds]]
+    ) -> list[GenerationPlan]:
+        """constraints -> ``prompts()`` -> one plan per prompt -> grammar gate: a validated request's
+        plans (``/v1/completions`` brings its own prompts; chat renders one)."""
+        constraint = build_constraint(request, self.default_loosening)
+        plans = [make_plan(request, prompt, self.limits, constraint) for prompt in prompts()]
+        if constraint is not None:  # last: the only stage that may take real time
+            served = await self.grammar.ensure_compiles(constraint)
+            plans = [replace(plan, constraint=served) for plan in plans]
+        return plans
 
     def prompt_ids(self, raw: ChatCompletionRequest) -> tuple[int, ...]:
         """The prompt's token ids (the validate and prompt stages only; nothing is generated)."""
@@ -101,23 +111,36 @@ class ChatPipeline:
                 return FinishedChoice(result, _reported(piece, cached).delta, piece.reasoning_tokens)
         raise EngineError("the engine stream ended without a finish reason")
 
+    async def steps(self, chat: PreparedChat) -> AsyncGenerator[tuple[int, Piece, ChoiceStep], None]:
+        """Every choice's pieces as they come, each with what its ``ChoiceOutput`` makes of it
+        (the one choice-streaming loop; closing it aborts the engine requests)."""
+        outputs = [self.output(chat) for _ in range(chat.request.n)]
+        pieces = merge_choices(self.engine, chat)
+        try:
+            async for index, piece in pieces:
+                yield index, piece, outputs[index].take(piece)
+        finally:
+            await pieces.aclose()  # type: ignore[attr-defined]
+
     async def stream(self, chat: PreparedChat) -> AsyncIterator[ChatCompletionChunk]:
         """Chunks of all choices, interleaved as they come; usage last if asked for."""
         chunks, started = ChunkFactory(chat.rid, chat.created, chat.request.model), time.perf_counter()
         for index in range(chat.request.n):
             yield chunks.role(index)
         last: dict[int, Piece] = {}
-        outputs = [self.output(chat) for _ in range(chat.request.n)]
-        async for index, piece in merge_choices(self.engine, chat):
-            if not last:
-                metrics.TTFT.observe(time.perf_counter() - started)
-            last[index] = piece
-            step = outputs[index].take(piece)
-            for event in step.events:
-                if (chunk := chunks.event(index, event)) is not None:
-                    yield chunk
-            if step.result is not None:
-                yield chunks.finish(index, step.result.finish_reason, step.result.validation, step.result.stop)
+        steps = self.steps(chat)
+        try:
+            async for index, piece, step in steps:
+                if not last:
+                    metrics.TTFT.observe(time.perf_counter() - started)
+                last[index] = piece
+                for event in step.events:
+                    if (chunk := chunks.event(index, event)) is not None:
+                        yield chunk
+                if step.result is not None:
+                    yield chunks.finish(index, step.result.finish_reason, step.result.validation, step.result.stop)
+        finally:
+            await steps.aclose()
         if last:
             first = last[0].delta
             usage = make_usage(

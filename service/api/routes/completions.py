@@ -1,4 +1,4 @@
-"""POST /v1/completions (thin: all logic lives in the pipeline)."""
+"""POST /v1/completions (thin: the completions front converts, the chat pipeline runs)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from fastapi import APIRouter, Depends, Request
 from service.api.deps import ready_pipeline
 from service.api.disconnect import answer_unless_disconnected
 from service.api.sse import event_stream, sse
+from service.fronts.completions import complete, convert_request, stream
 from service.pipeline.chat import ChatPipeline
-from service.pipeline.completion import CompletionPipeline
 from service.protocol.completions import Completion, CompletionRequest
 
 router = APIRouter()
@@ -20,10 +20,9 @@ router = APIRouter()
 async def completions(
     body: CompletionRequest,
     request: Request,
-    chat: Annotated[ChatPipeline, Depends(ready_pipeline)],
+    pipeline: Annotated[ChatPipeline, Depends(ready_pipeline)],
 ):
-    pipeline = CompletionPipeline(chat)
-    prepared = await pipeline.prepare(body)
+    prepared = await convert_request(body, pipeline)
     if body.stream:
-        return event_stream(sse(pipeline.stream(prepared)))
-    return await answer_unless_disconnected(request, pipeline.complete(prepared))
+        return event_stream(sse(stream(pipeline, prepared)))
+    return await answer_unless_disconnected(request, complete(pipeline, prepared))

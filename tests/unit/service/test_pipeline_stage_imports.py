@@ -36,7 +36,7 @@ def pipeline_imports(source: str) -> set[str]:
 
 def test_every_module_is_a_stage_a_helper_or_the_orchestrator():
     modules = {p.stem for p in PIPELINE.glob("*.py")} - {"__init__"}
-    assert modules == set(STAGES) | set(HELPERS) | {"chat", "completion"}
+    assert modules == set(STAGES) | set(HELPERS) | {"chat"}
 
 
 @pytest.mark.parametrize("name", STAGES + HELPERS)
