@@ -95,6 +95,16 @@ class NumericalFaultError(ServiceError):
     code = "non_finite_activations"
 
 
+class SchemaResampleError(ServiceError):
+    """A schema whose grammar is looser than the schema: no generated output validated within
+    ``grammar.resample_attempts`` retries (422: never returned as if valid; see
+    ``service/pipeline/resample.py``)."""
+
+    status = 422
+    type = "invalid_request_error"
+    code = "schema_validation_failed"
+
+
 class EngineUnavailableError(ServiceError):
     """An engine process died while serving the request; the server exits (503: retry on
     another replica)."""

@@ -55,7 +55,9 @@ async def _load(state: ServiceState, model_dir: Path, on_failure: Any, on_death:
             kv_pool=_kv_pool(report),
             disaggregation=state.settings.engine.disaggregation.mode,
         )
-        state.pipeline = ChatPipeline(engine, template, limits, state.grammar, g.allow_schema_loosening, formats)
+        state.pipeline = ChatPipeline(
+            engine, template, limits, state.grammar, g.allow_schema_loosening, formats, g.resample_attempts
+        )
         log.info("engine ready; runtime_ext in scheduler: %s", report)
     except Exception as exc:  # reported through /ready and the process exit code
         log.exception("engine failed to start")

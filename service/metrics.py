@@ -255,6 +255,13 @@ SCHEMA_IGNORED_KEYWORDS = Counter(
     ["keyword"],
     registry=REGISTRY,
 )
+SCHEMA_RESAMPLES = Counter(
+    "structserve_schema_resamples",
+    "Choices generated again because their output failed the schema the grammar only loosely enforces "
+    "(result: retry, or exhausted when the budget ran out)",
+    ["result"],
+    registry=REGISTRY,
+)
 SCHEMA_VALIDATION_FAILURES = Counter(
     "structserve_schema_validation_failures",
     "JSON outputs failing post-validation (reason: truncated by max_tokens, or invalid)",

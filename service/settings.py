@@ -91,6 +91,9 @@ class GrammarSettings(BaseModel):
     # (compiled lazily, once, in SGLang's scheduler), else xgrammar; "xgrammar": always
     # xgrammar. Regex, EBNF and Lark patterns stay xgrammar (docs/benchmarks.md)
     backend: Literal["llguidance", "xgrammar"] = "llguidance"
+    # a schema whose grammar is looser than the schema: a finished output failing validation is
+    # generated again (seed advanced) up to this many more times (service/pipeline/resample.py)
+    resample_attempts: int = Field(2, ge=0, le=8)
 
 
 class ReasoningSettings(BaseModel):

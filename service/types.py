@@ -130,6 +130,9 @@ class DecodeConstraint:
     value: str
     validate_schema: dict[str, Any] | bool | None = None  # post-validation (the original schema)
     loosened: tuple[str, ...] = ()  # "keyword at /pointer" dropped from the grammar
+    # the gate loosened it on its own (not the client's allow_schema_loosening): an output that
+    # still fails validation after resampling is an error, never returned (pipeline/resample.py)
+    must_validate: bool = False
     ignored: tuple[str, ...] = ()  # "keyword at /pointer": unknown keywords (annotations), ignored
     param: str | None = None  # the request field it came from, for error messages
     # (request field, canonical JSON schema) of each schema inside a combined grammar, to
@@ -364,6 +367,7 @@ class FinishedChoice:
     result: ChoiceResult
     counts: EngineDelta
     reasoning_tokens: int
+    schema_attempts: int = 0  # generations run when the output was validated and resampled, else 0
 
 
 class ChatTemplate(Protocol):

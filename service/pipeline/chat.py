@@ -20,6 +20,7 @@ from service.pipeline.constraints import build_constraint
 from service.pipeline.generate import collect_choice, stream_choice
 from service.pipeline.plan import make_plan
 from service.pipeline.prompt import build_prompt
+from service.pipeline.resample import collect_validated
 from service.pipeline.response import ChunkFactory, completion, make_usage
 from service.pipeline.validate import validate_request
 from service.protocol.openai import ChatCompletion, ChatCompletionChunk, ChatCompletionRequest
@@ -55,6 +56,7 @@ class ChatPipeline:
         grammar: GrammarChecker,
         default_loosening: bool = False,
         formats: ModelFormats = ModelFormats(),
+        resample_attempts: int = 2,
     ):
         self.formats = formats
         self.engine = engine
@@ -62,6 +64,7 @@ class ChatPipeline:
         self.limits = limits
         self.grammar = grammar
         self.default_loosening = default_loosening
+        self.resample_attempts = resample_attempts
 
     async def prepare(self, raw: ChatCompletionRequest) -> PreparedChat:
         request = validate_request(raw, self.limits, self.formats)
@@ -97,7 +100,14 @@ class ChatPipeline:
     async def finished(self, chat: PreparedChat) -> list[FinishedChoice]:
         """Every choice of ``chat``, run concurrently, in order."""
         cached = await share_prompt(self.engine, chat)
-        return list(await asyncio.gather(*(self._collect(chat, plan, rid, cached) for rid, plan in _choices(chat))))
+        n, budget = chat.request.n, self.resample_attempts
+
+        async def collect(plan: GenerationPlan, rid: str) -> FinishedChoice:
+            return await self._collect(chat, plan, rid, cached)
+
+        return list(
+            await asyncio.gather(*(collect_validated(collect, plan, rid, n, budget) for rid, plan in _choices(chat)))
+        )
 
     async def complete(self, chat: PreparedChat) -> ChatCompletion:
         response = completion(chat.rid, chat.created, chat.request.model, await self.finished(chat))

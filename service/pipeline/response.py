@@ -72,6 +72,8 @@ def completion(rid: str, created: int, model: str, finished: Sequence[FinishedCh
         cached_tokens=finished[0].counts.cached_tokens,
         reasoning_tokens=sum(f.reasoning_tokens for f in finished),
     )
+    if any(f.schema_attempts for f in finished):
+        usage.schema_attempts = sum(f.schema_attempts for f in finished)
     return ChatCompletion(id=rid, created=created, model=model, choices=choices, usage=usage)
 
 

@@ -244,6 +244,7 @@ class Usage(BaseModel):
     total_tokens: int
     prompt_tokens_details: dict[str, int] | None = None
     completion_tokens_details: dict[str, int] | None = None
+    schema_attempts: int | None = None  # generations run to get schema-valid outputs (resampling)
 
 
 class AssistantMessage(BaseModel):
