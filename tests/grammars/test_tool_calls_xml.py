@@ -1,5 +1,7 @@
-"""The tool-call grammars of the XML formats (qwen3_coder, glm45) and of deepseek_v31
-(real xgrammar, tiny Qwen3 tokenizer) against their parser.
+"""The tool-call grammars of the XML formats (qwen3_coder, glm45) and of deepseek_v31,
+kimi_k2, harmony and deepseek_v32 (real xgrammar, tiny Qwen3 tokenizer: the markers are
+spelled in ordinary tokens, which is what grammar and parser must agree on) against
+their parser.
 
 Property: every output the grammar admits parses back (``runtime_ext.parsers`` with the
 tools' schemas) into calls whose typed arguments are valid under the tool's schema, with
@@ -28,7 +30,9 @@ from runtime_ext.parsers import parse
 
 TOKENIZER_DIR = default_cache_dir() / "models" / "qwen3-tiny"
 FORMATS = ["qwen3_coder", "glm45"]
-WALKED = [*FORMATS, "deepseek_v31"]
+ONE_CALL = ["kimi_k2", "harmony", "deepseek_v32"]
+"""Walked with parallel off: their markers take many tokens here, two calls rarely end in a walk."""
+WALKED = [*FORMATS, "deepseek_v31", *ONE_CALL]
 RICH = ToolSpec(
     "book_trip",
     {
@@ -57,6 +61,9 @@ PUNCT = set('"[]{},:0123456789.-e')
 SPACE = {chr(c) for c in range(33)} | {"\x7f", "\u2028", "\u00a0"}
 WALK_MARKERS = {f: (get_format(f).value_end, get_format(f).call_end, get_format(f).key_start) for f in FORMATS}
 WALK_MARKERS["deepseek_v31"] = (DEEPSEEK_CALL_END, DEEPSEEK_CALLS_END, DEEPSEEK_CALL_BEGIN)
+WALK_MARKERS["kimi_k2"] = ("<|tool_call_argument_begin|>", "<|tool_call_end|>", "<|tool_calls_section_end|>")
+WALK_MARKERS["harmony"] = (" <|constrain|>json<|message|>",)
+WALK_MARKERS["deepseek_v32"] = ('">\n', "\n</\uff5cDSML\uff5cinvoke>", "\n</\uff5cDSML\uff5cfunction_calls>")
 """The closing texts a walk is steered to finish once begun (a string value ends only there)."""
 
 
@@ -148,7 +155,7 @@ def check_parses_back(fmt: str, text: str) -> list[tuple[str, Any]]:
 @pytest.mark.parametrize("fmt", WALKED)
 @pytest.mark.parametrize("mode", ["required", "auto"])
 def test_everything_the_grammar_admits_parses_back_to_valid_calls(sampler: Sampler, fmt: str, mode: str) -> None:
-    grammar = sampler.compile(fmt, mode)
+    grammar = sampler.compile(fmt, mode, parallel=fmt not in ONE_CALL)
     rng = random.Random(1234)
     start = "hi " + get_format(fmt).opener if mode == "auto" else ""
     outputs = [o for o in (sampler.walk(grammar, rng, WALK_MARKERS[fmt], start) for _ in range(20)) if o is not None]
@@ -168,7 +175,7 @@ ARGS = {
 }
 
 
-@pytest.mark.parametrize("fmt", WALKED)
+@pytest.mark.parametrize("fmt", [f for f in WALKED if f != "harmony"])  # harmony: one call per turn
 def test_canonical_renderings_are_admitted_and_round_trip_typed(sampler: Sampler, fmt: str) -> None:
     text = render_calls(get_format(fmt), [("book_trip", json.dumps(ARGS)), ("noop", "{}")])
     assert sampler.admits(sampler.compile(fmt, "required"), text)
@@ -241,3 +248,26 @@ def test_a_schema_the_format_cannot_enforce_is_refused_naming_the_tool(
         tool_call_constraint(fmt, [ToolSpec("t", parameters)], "required")
     assert (info.value.tool, info.value.field, info.value.keyword) == ("t", "parameters", keyword)
     assert "tool 't'" in info.value.message and fmt in info.value.message
+
+
+def test_kimi_call_counter_is_forced_any_number(sampler: Sampler) -> None:
+    head = "<|tool_calls_section_begin|><|tool_call_begin|>functions.noop"
+    tail = "<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>"
+    grammar = sampler.compile("kimi_k2", "required", parallel=False)
+    admitted = [sampler.admits(grammar, f"{head}{counter}{tail}") for counter in (":0", ":417", "", ":x", ":1234567")]
+    assert admitted == [True, True, False, False, False]
+
+
+def test_harmony_is_one_call_ending_at_its_arguments(sampler: Sampler) -> None:
+    """Its <|call|> is the turn's stop token (gpt-oss's EOS ids), so the grammar ends at the arguments."""
+    fmt = get_format("harmony")
+    bare = render_calls(fmt, [("noop", "{}")]).removesuffix("<|call|>")
+    two = render_calls(fmt, [("noop", "{}"), ("noop", "{}")]).removesuffix("<|call|>")
+    required = sampler.compile("harmony", "required", parallel=True)
+    assert [sampler.admits(required, t) for t in (bare, two, bare + "<|call|>", "text")] == [True, False, False, False]
+    auto = sampler.compile("harmony", "auto")
+    final = "<|channel|>final<|message|>It is sunny."
+    assert [sampler.admits(auto, t) for t in (final, final + " " + bare, bare + " after")] == [True, True, False]
+    text = render_calls(fmt, [("book_trip", json.dumps(ARGS))])
+    assert sampler.admits(required, text.removesuffix("<|call|>"))
+    assert check_parses_back("harmony", text) == [("book_trip", ARGS)]
