@@ -1,6 +1,6 @@
-"""Choice stage helper: validate and resample, for a JSON schema whose grammar is knowingly
-looser than the schema (``DecodeConstraint.loosened``: keywords the grammar does not enforce,
-kept in ``validate_schema``).
+"""Resample stage (``chat.py`` runs it around each non-streamed choice): validate and resample,
+for a JSON schema whose grammar is knowingly looser than the schema (``DecodeConstraint.loosened``:
+keywords the grammar does not enforce, kept in ``validate_schema``).
 
 Each finished choice is validated against the client's schema (``validate_output``). When it
 fails (and was not cut by ``max_tokens``: a retry would be cut the same way), the choice is

@@ -17,7 +17,7 @@ PRIVATE_HELPERS = {
     "validate": {"validate_tools", "validate_reasoning", "validate_output"},
     "choice": {"output_validation"},
 }
-STAGES = ("validate", "constraints", "prompt", "plan", "generate", "choice", "response")
+STAGES = ("validate", "constraints", "prompt", "plan", "generate", "choice", "resample", "response")
 HELPERS = tuple(h for helpers in PRIVATE_HELPERS.values() for h in helpers)
 
 
