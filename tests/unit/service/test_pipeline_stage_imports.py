@@ -14,7 +14,7 @@ import pytest
 
 PIPELINE = Path(__file__).resolve().parents[3] / "service" / "pipeline"
 PRIVATE_HELPERS = {
-    "validate": {"validate_tools", "validate_reasoning", "validate_output"},
+    "validate": {"validate_tools", "validate_reasoning", "validate_output", "validate_bootstrap"},
     "choice": {"output_validation"},
 }
 STAGES = ("validate", "constraints", "prompt", "plan", "generate", "choice", "resample", "response")
