@@ -90,24 +90,30 @@ class C8DynamicKVCacheMethod(KVCacheQuantMethodBase):
         ):
             x = x.reshape(-1, *buf.shape[1:])
             if self.rotation.side(is_key):
-                x = self.rotation.rotate(x, torch.float32)  # (the NPU path keeps fp16/bf16: kv_npu.rotate)
+                x = self.rotation.rotate(x, torch.float32, self.kind)  # (the NPU path keeps fp16/bf16: kv_npu.rotate)
             self._store(buf, scale, loc, x)
+
+    @property
+    def kind(self) -> str:
+        """The device type the pool's buffers were created for: it picks the ops table. (On a device it
+        is each buffer's own; the torch_npu twin's "npu" buffers live on the CPU: tests/npu_twin.)"""
+        return getattr(self, "device", torch.device("cpu")).type
 
     def _store(self, buf, scale_buf, loc, x):
         """Quantize ``x`` (already in the stored space) into the rows ``loc``; tokens that cannot be
         stored are written as zeros and their locations marked (``poison.py``). Returns that mask."""
-        bad = get_op(self.STORE, buf.device.type)(buf, scale_buf, loc, x)
+        bad = get_op(self.STORE, self.kind)(buf, scale_buf, loc, x)
         self.poison.mark(loc, bad)
         return bad
 
     def _rows(self, buffer, scales, locs, dtype):
         """Rows ``locs`` (None: all) dequantized, in the stored (possibly rotated) space."""
         if locs is None:
-            return get_op(self.DEQUANTIZE, buffer.device.type)(buffer, scales, dtype)
-        return get_op(self.GATHER, buffer.device.type)(buffer, scales, locs, dtype)
+            return get_op(self.DEQUANTIZE, self.kind)(buffer, scales, dtype)
+        return get_op(self.GATHER, self.kind)(buffer, scales, locs, dtype)
 
     def _back(self, rows, is_key: bool):
-        return self.rotation.rotate(rows) if self.rotation.side(is_key) else rows
+        return self.rotation.rotate(rows, None, self.kind) if self.rotation.side(is_key) else rows
 
     def dequantize_kv_tensor(self, tensor, scales, layer_id, dtype=None):
         """A whole layer's K or V in the model's space (SGLang's PLAIN access): rotated back."""
@@ -168,11 +174,6 @@ class C8StaticKVCacheMethod(C8DynamicKVCacheMethod):
         bufs["k_scale_buffer"], bufs["v_scale_buffer"] = scales(calib.k_scale), scales(calib.v_scale)
         return bufs
 
-    def _rows(self, buffer, scales, locs, dtype):
-        if locs is None:
-            return get_op(self.DEQUANTIZE, buffer.device.type)(buffer, scales, dtype)
-        return get_op(self.GATHER, buffer.device.type)(buffer, scales, locs, dtype)
-
 
 class C8StaticResidualKVCacheMethod(C8StaticKVCacheMethod):
     name = "c8_static_residual"
@@ -193,7 +194,7 @@ class C8StaticResidualKVCacheMethod(C8StaticKVCacheMethod):
             x = zero_rows(x, bad)
         locs = torch.as_tensor(loc, device=buf.device).reshape(-1)
         # what attention will read (model dtype): the residual corrects exactly that
-        deq8 = get_op(self.GATHER, buf.device.type)(buf, scale, locs, self.dtype)
+        deq8 = get_op(self.GATHER, self.kind)(buf, scale, locs, self.dtype)
         self.sides[buf.data_ptr()].store(locs, x, deq8)
         return bad
 

@@ -32,6 +32,7 @@ USED, NFREE, OUTLIERS, DROPPED = range(4)
 class ResidualSlots:
     def __init__(self, capacity: int, heads: int, head_dim: int, tau: float, device: torch.device | str) -> None:
         self.heads, self.tau = heads, tau
+        self.kind = torch.device(device).type  # picks the ops table (the twin's "npu" tensors live on the CPU)
         self.packed = torch.zeros((capacity, head_dim // 2), dtype=torch.uint8, device=device)
         self.scale = torch.zeros((capacity,), dtype=torch.float16, device=device)
         self._keys = torch.zeros(capacity, dtype=torch.int32, device=device)
@@ -76,7 +77,7 @@ class ResidualSlots:
 
     def release(self, locs: torch.Tensor) -> None:
         if self.used and locs.numel():
-            get_op("kv_residual_release", locs.device.type)(*self._state()[:4], self.heads, locs.reshape(-1))
+            get_op("kv_residual_release", self.kind)(*self._state()[:4], self.heads, locs.reshape(-1))
 
     def clear(self) -> None:
         used, nfree = self.used, int(self.counts[NFREE])
@@ -86,10 +87,10 @@ class ResidualSlots:
     def store(self, locs: torch.Tensor, x: torch.Tensor, deq8: torch.Tensor) -> None:
         """``x``/``deq8``: ``[T, H, D]`` for the tokens written at ``locs[T]``."""
         self.seen += x.shape[0] * x.shape[1]
-        get_op("kv_residual_store", x.device.type)(*self._state(), self.heads, self.tau, locs.reshape(-1), x, deq8)
+        get_op("kv_residual_store", self.kind)(*self._state(), self.heads, self.tau, locs.reshape(-1), x, deq8)
 
     def apply(self, locs: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
         if not self.used:
             return values
-        add = get_op("kv_residual_add", values.device.type)
+        add = get_op("kv_residual_add", self.kind)
         return add(values, locs, self.keys, self.slots, self.packed, self.scale)

@@ -44,10 +44,10 @@ class Rotation:
             self._matrices[key] = kv_ref.hadamard(head_dim, torch.float32, device)
         return self._matrices[key]
 
-    def rotate(self, x: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
-        """``x[..., D] · H`` (also the inverse), through the ops table of ``x``'s device."""
+    def rotate(self, x: torch.Tensor, dtype: torch.dtype | None = None, kind: str | None = None) -> torch.Tensor:
+        """``x[..., D] · H`` (also the inverse), through the ops table of ``kind`` (default ``x``'s device)."""
         h = self.matrix(x.shape[-1], x.device)
-        return get_op("kv_rotate", x.device.type)(x, h, dtype)
+        return get_op("kv_rotate", kind or x.device.type)(x, h, dtype)
 
     def side(self, is_key: bool) -> bool:
         return self.keys if is_key else self.values

@@ -13,11 +13,15 @@ plugin adds (``register``):
    side-buffer slots (C8-S residuals) and poison marks of the freed pages.
 5. A BEFORE hook on ``Scheduler.process_batch_result``: a request whose K/V a store could not
    keep (NaN/inf, float16 scale overflow) is finished with an error there, alone (``poison.py``).
+6. An AROUND hook on ``KVCacheConfigurator._build_ascend_mha_kv_pool`` (``device: npu``: SGLang
+   resolves the ``ascend`` backend and builds its NPU pool there, with no quant method): for one
+   of our names it builds ``npu_pool.C8NPUMHATokenToKVPool``, SGLang's NPU pool holding our
+   method (store through the NPU quantize ops, reads dequantized).
 
-Never an int8 pool without our method (``support.py``): hook 2 refuses our names when SGLang
-resolved the ``ascend`` attention backend (device npu: its pool takes no quant method), and an
-AFTER hook on ``KVCacheConfigurator._build_token_to_kv_pool`` refuses any int8 pool built for one
-of our names that does not hold the method hook 3 built (a pool family that passes none).
+Never an int8 pool without our method (``support.py``): hook 2 refuses, on the ``ascend`` backend,
+a name ``support.SERVED`` does not list for npu, and an AFTER hook on
+``KVCacheConfigurator._build_token_to_kv_pool`` refuses any int8 pool built for one of our names
+that does not hold the method hook 3 built (a pool family that passes none: MLA, hybrid SWA).
 
 Bytes per token come from ``sizing.cell_bytes`` (what is stored; see there).
 """
@@ -36,6 +40,7 @@ CONFIGURE_TARGET = "sglang.srt.mem_cache.kv_cache_dtype.configure_kv_cache_dtype
 _CONFIGURATOR = "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator"
 BUILD_TARGET = f"{_CONFIGURATOR}._build_mha_quant_method"
 POOL_TARGET = f"{_CONFIGURATOR}._build_token_to_kv_pool"
+ASCEND_POOL_TARGET = f"{_CONFIGURATOR}._build_ascend_mha_kv_pool"
 _ALLOCATOR = "sglang.srt.mem_cache.allocator.paged.PagedTokenToKVPoolAllocator"
 _TOKEN_ALLOCATOR = "sglang.srt.mem_cache.allocator.token.TokenToKVPoolAllocator"  # page_size 1
 _PROCESS_RESULT = "sglang.srt.managers.scheduler.Scheduler.process_batch_result"
@@ -51,8 +56,8 @@ def _configure(state: KVCacheState, original: Any, *args: Any, **kwargs: Any) ->
         return original(*args, **kwargs)
     from sglang.srt.runtime_context import get_exec
 
-    if get_exec().kernel.attention_backend == "ascend":  # SGLang then builds its NPU pool: no quant method
-        raise ValueError(unsupported_kv_cache(name, "npu"))
+    if get_exec().kernel.attention_backend == "ascend" and (error := unsupported_kv_cache(name, "npu")):
+        raise ValueError(error)  # SGLang builds its NPU pool there: only the modes wired into it (npu_pool.py)
     state.name, state.model_dtype = name, kwargs.get("model_dtype")
     return name, torch.int8
 
@@ -67,6 +72,17 @@ def _build(state: KVCacheState, original: Any, self: Any, *args: Any, **kwargs: 
         method = get_kv_cache_quant_method(state.name, dtype=state.model_dtype or torch.bfloat16)
         state.built = method
         return method
+    return original(self, *args, **kwargs)
+
+
+def _build_ascend(state: KVCacheState, original: Any, self: Any, *args: Any, **kwargs: Any) -> Any:
+    """AROUND ``_build_ascend_mha_kv_pool``: for one of our names, SGLang's NPU pool holding our method."""
+    import torch
+
+    if state.name in KV_METHODS and self.kv_cache_dtype == torch.int8:
+        from runtime_ext.kv_cache.npu_pool import build_c8_pool
+
+        return build_c8_pool(self, *args, **kwargs)
     return original(self, *args, **kwargs)
 
 
@@ -143,6 +159,7 @@ def register(hooks: Any, hook_type: Any, state: KVCacheState) -> None:
         )
     hooks.register(CONFIGURE_TARGET, partial(_configure, state), hook_type.AROUND)
     hooks.register(BUILD_TARGET, partial(_build, state), hook_type.AROUND)
+    hooks.register(ASCEND_POOL_TARGET, partial(_build_ascend, state), hook_type.AROUND)
     hooks.register(POOL_TARGET, partial(_check_pool, state), hook_type.AFTER)
     hooks.register(f"{_ALLOCATOR}._release_page_ids", partial(_released, state), hook_type.AFTER)
     hooks.register(f"{_TOKEN_ALLOCATOR}.free", partial(_freed, state), hook_type.AFTER)

@@ -9,6 +9,8 @@ contract, then computes the documented result; the rest of ``torch_npu`` raises 
   ``value[t]`` (``[num_heads, head_size]``) is written in place at cache row ``slot_indices[t]``
   (``block_id * block_size + offset_in_block``) of ``key_cache`` / ``value_cache``
   (``[num_blocks, block_size, num_heads, head_size]``).
+- ``_npu_paged_attention`` / ``_npu_flash_attention_qlens``: the ``ascend`` backend's MHA decode and
+  extend (``attention_ops.py``).
 - ``_apply_patches(patches)``: torch_npu's own hook for replacing ``torch`` names (SGLang passes its
   profiler names); the twin keeps torch's CPU profiler, so it patches nothing.
 """
@@ -19,6 +21,7 @@ from typing import Any
 
 import torch
 
+from tests.npu_twin import attention_ops
 from tests.unit.runtime_ext import npu_contracts as contract
 from tests.unit.runtime_ext import npu_emulation
 
@@ -74,4 +77,4 @@ OPS: dict[str, Any] = {
         "npu_format_cast",
     )
 }
-OPS.update({RESHAPE_AND_CACHE: _npu_reshape_and_cache, "_apply_patches": _apply_patches})
+OPS.update({RESHAPE_AND_CACHE: _npu_reshape_and_cache, "_apply_patches": _apply_patches, **attention_ops.OPS})

@@ -16,6 +16,10 @@ its modules and keeps the answer). It puts in place:
 4. **The device remap** (``DeviceRemap``, a ``TorchFunctionMode``): every torch call asked for an
    ``npu`` device (``device=`` arguments, ``Tensor.to``) gets the CPU instead, so "npu" tensors
    live on the CPU while SGLang's ``device`` strings stay ``"npu"`` for its own resolution.
+5. **The host-sync counter** (``HostSyncs``, in the same mode): tensors allocated for the ``npu``, and
+   everything computed from them, are marked; ``count_host_syncs()`` records each device->host
+   sync on a marked tensor (``SYNC_CALLS``, a boolean-mask index, ``.to`` the host). An emulated op
+   runs as one kernel (``_kernel``): what it computes inside is not counted.
 
 Limits (docs/npu-twin.md): tensors report ``device.type == "cpu"`` (code that branches on a
 tensor's device takes its CPU branch); host and device memory are the same, so a host<->device
@@ -152,18 +156,82 @@ def _is_npu(device: Any) -> bool:
     return isinstance(device, str) and device.split(":")[0] == "npu"
 
 
+# Tensor calls that make the host wait for the device when their tensor lives on an NPU.
+SYNC_CALLS = frozenset(
+    {"item", "tolist", "cpu", "numpy", "nonzero", "unique", "masked_select", "__bool__", "__int__", "__float__",
+     "__index__"}
+)  # fmt: skip
+
+
+class HostSyncs:
+    """Device->host syncs seen while counting: a sync call (``SYNC_CALLS``, a boolean-mask index, a
+    ``.to`` the host) on a tensor that lives on the "npu" (allocated for it, or computed from one).
+    Calls inside an emulated op (``_kernel``) are the device's own work and are not counted."""
+
+    def __init__(self) -> None:
+        self.counting = False
+        self.inside_kernel = 0
+        self.seen: list[str] = []
+        self.kernels: list[str] = []  # the emulated ops called while counting, in order
+
+    def counted(self, name: str) -> None:
+        if self.counting and not self.inside_kernel:
+            self.seen.append(name)
+
+
+SYNCS = HostSyncs()
+_TAG = "_twin_npu"
+
+
+def on_npu(t: Any) -> bool:
+    """Whether ``t`` lives on the twin's "npu" (allocated for it, or computed from such a tensor)."""
+    return isinstance(t, torch.Tensor) and getattr(t, _TAG, False)
+
+
+def _tag(out: Any) -> Any:
+    for t in torch.utils._pytree.tree_leaves(out):
+        if isinstance(t, torch.Tensor):
+            setattr(t, _TAG, True)
+    return out
+
+
+def _sync_name(func: Any, args: Any, kwargs: dict) -> str | None:
+    name = getattr(func, "__name__", "")
+    if not args or not on_npu(args[0]):
+        return None
+    if name in SYNC_CALLS:
+        return name
+    if name == "__getitem__" and any(
+        isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in torch.utils._pytree.tree_leaves(args[1:])
+    ):
+        return "__getitem__[bool mask]"
+    if func is torch.Tensor.to and any(isinstance(a, (str, torch.device)) and not _is_npu(a) for a in args[1:]):
+        return "to(host)"
+    return None
+
+
 class DeviceRemap(TorchFunctionMode):
-    """Every torch call asked for an ``npu`` device gets the CPU (``device=``, ``Tensor.to(device)``)."""
+    """Every torch call asked for an ``npu`` device gets the CPU (``device=``, ``Tensor.to(device)``); its
+    result is marked as living on the "npu", as is every result computed from such a tensor (``HostSyncs``)."""
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = dict(kwargs or {})
-        if _is_npu(kwargs.get("device")):
+        to_npu = _is_npu(kwargs.get("device"))
+        if to_npu:
             kwargs["device"] = torch.device("cpu")
         if kwargs.get("pin_memory"):  # no accelerator to pin for: host memory is the device's
             kwargs["pin_memory"] = False
         if func is torch.Tensor.to:
+            to_npu = to_npu or any(_is_npu(a) for a in args)
             args = tuple(torch.device("cpu") if _is_npu(a) else a for a in args)
-        return func(*args, **kwargs)
+        if not to_npu and (sync := _sync_name(func, args, kwargs)) is not None:
+            SYNCS.counted(sync)
+        out = func(*args, **kwargs)
+        if to_npu and func is torch.Tensor.to and out is args[0] and not on_npu(out):
+            out = out.view_as(out)  # one memory, but the "npu" copy is another tensor than the host one
+        if to_npu or any(on_npu(t) for t in torch.utils._pytree.tree_leaves((args, kwargs))):
+            _tag(out)
+        return out
 
 
 def _torchair() -> None:
@@ -179,6 +247,35 @@ def _torchair() -> None:
 
     compiler_config.CompilerConfig = CompilerConfig  # type: ignore[attr-defined]
     sys.modules["torchair"].get_npu_backend = lambda **_k: _Missing("torchair npu backend (graph mode)")  # type: ignore[attr-defined]
+
+
+def _kernel(op: Any) -> Any:
+    """An emulated op runs as one device kernel: what it computes inside is not a host sync."""
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        if SYNCS.counting and not SYNCS.inside_kernel:
+            SYNCS.kernels.append(run.__name__)
+        SYNCS.inside_kernel += 1
+        try:
+            return op(*args, **kwargs)
+        finally:
+            SYNCS.inside_kernel -= 1
+
+    run.__name__ = run.__qualname__ = getattr(op, "__name__", "op")
+    run.__wrapped__ = op  # type: ignore[attr-defined]
+    return run
+
+
+class count_host_syncs:
+    """``with count_host_syncs() as seen:`` the device->host syncs made inside (``seen``: their names);
+    the emulated ops called inside are in ``SYNCS.kernels``."""
+
+    def __enter__(self) -> list[str]:
+        SYNCS.seen, SYNCS.kernels, SYNCS.counting = [], [], True
+        return SYNCS.seen
+
+    def __exit__(self, *_exc: Any) -> None:
+        SYNCS.counting = False
 
 
 _INSTALLED: dict[str, Any] = {}
@@ -202,10 +299,10 @@ def install() -> None:
     torch_npu = _package("torch_npu")
     torch_npu.npu = npu  # type: ignore[attr-defined]
     for name, op in OPS.items():
-        setattr(torch_npu, name, op)
+        setattr(torch_npu, name, _kernel(op))
     sys.modules.update({"torch_npu": torch_npu, "torch_npu.npu": npu})
     sys.meta_path.insert(0, _StubFinder())
-    torch.Tensor.npu = lambda self, *_a, **_k: self  # type: ignore[attr-defined]  (host and device are one memory)
+    torch.Tensor.npu = lambda self, *_a, **_k: self.to("npu")  # type: ignore[attr-defined]  (one memory: a view)
     _torchair()
     remap = DeviceRemap()
     remap.__enter__()

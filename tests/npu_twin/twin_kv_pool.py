@@ -6,9 +6,10 @@
   SGLang's ``KVCacheConfigurator`` (runtime_ext registered by SGLang's plugin loader) builds
   ``NPUMHATokenToKVPool``; its NPU store (``_npu_reshape_and_cache``, under its documented
   contract) keeps bf16 K/V exactly.
-- That pool takes no KV quant method: an int8 pool built for a C8 mode holds K/V truncated to
-  int8. Every C8 mode is refused on device npu instead (runtime_ext's KV hooks, twice), and the
-  plugin's report describes the pool from the live objects, not from what was configured.
+- SGLang's own NPU pool takes no KV quant method (an int8 one holds K/V truncated to int8): for a
+  C8 mode runtime_ext's hook builds ``C8NPUMHATokenToKVPool`` holding its method, and an int8 pool
+  without the method is refused as soon as it is built. The plugin's report describes the pool
+  from the live objects, not from what was configured.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ twin.require()
 
 from runtime_ext.kv_cache.sizing import KV_MODES  # noqa: E402
 from runtime_ext.plugin import _STATE, kv_serving_report  # noqa: E402
+from tests.npu_twin.c8_reference import reference_read, write_calibration  # noqa: E402
 from tests.npu_twin.sglang_npu import (  # noqa: E402
     attention_backend,
     build_pools,
@@ -43,12 +45,17 @@ def model_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module", autouse=True)
-def plugin_loaded():
-    """SGLang's own plugin loading: runtime_ext's entry point (``register()``), then its hooks applied."""
+def plugin_loaded(tmp_path_factory):
+    """SGLang's own plugin loading: runtime_ext's entry point (``register()``), then its hooks applied;
+    a static-scales file for the C8-S modes."""
     from sglang.srt.plugins import load_plugins
 
     load_plugins()
     assert os.getpid() in _STATE.registered_pids
+    path = write_calibration(tmp_path_factory.mktemp("calib") / "kv.json", [_values()])
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("STRUCTSERVE_KV_CALIBRATION", str(path))
+        yield
 
 
 @pytest.fixture
@@ -110,31 +117,41 @@ def _truncating(pool) -> bool:
 
 
 @pytest.mark.parametrize("mode", C8_MODES)
-def test_c8_on_npu_never_builds_a_truncating_pool(model_dir, kv_state, mode):
-    """Either runtime_ext refuses the mode naming the setting, or the pool holds runtime_ext's method;
-    never int8 buffers read raw (what SGLang's NPU pool does with an int8 dtype and no method)."""
+def test_c8_on_npu_builds_sglang_npu_pool_holding_our_method(model_dir, kv_state, mode):
+    """The pool SGLang builds on device npu for a C8 mode holds runtime_ext's method, stores int8 with
+    its scales and reads back what the CPU reference reads; never int8 buffers read raw (what SGLang's
+    NPU pool does with an int8 dtype and no method: truncation)."""
+    from sglang.srt.hardware_backend.npu.memory_pool_npu import NPUMHATokenToKVPool
+
     args = resolved_args(engine_options(model_dir, kv_cache=mode))
-    try:
-        _, pools = build_pools(args)
-    except ValueError as exc:
-        assert f"kv_cache: {mode} is not supported on device: npu yet" in str(exc)
-        return
+    _, pools = build_pools(args)
     pool = pools.token_to_kv_pool
     values = _values()
-    error = (_store_and_read(pool, values).to(torch.float32) - values.to(torch.float32)).abs().max()
-    assert not _truncating(pool), f"{type(pool).__name__} stores {mode} K/V truncated to int8 (max error {error:.2f})"
-    assert pool.get_kv_cache_quant_method().name == mode
+    read = _store_and_read(pool, values).to(torch.float32)
+    assert isinstance(pool, NPUMHATokenToKVPool) and not _truncating(pool)
+    assert pool.get_kv_cache_quant_method() is kv_state.built and kv_state.built.name == mode
+    scale = None if mode == "c8_dynamic" else pool.k_scale_buffer[0]
+    want = reference_read(mode, values, scale)
+    assert (read - want).abs().max() <= 2**-8 * want.abs().max()  # one bf16 rounding of the read
 
 
-def test_pool_check_refuses_an_int8_pool_without_the_method(model_dir, kv_state):
-    """The second line: had the dtype hook answered int8 for c8_dynamic on device npu, the pool SGLang
-    builds there (no quant method) is refused as soon as it is built."""
-    args = resolved_args(engine_options(model_dir, kv_cache="bf16"))
-    kv_state.name, kv_state.built = "c8_dynamic", None  # what the dtype hook records when it lets a C8 name through
+def test_pool_check_refuses_an_int8_pool_without_the_method(model_dir, kv_state, monkeypatch):
+    """The second line: had the NPU pool been built for c8_dynamic without runtime_ext's method (the
+    builder SGLang ships: no quant method), that pool is refused as soon as it is built."""
+    from sglang.srt.hardware_backend.npu.memory_pool_npu import NPUMHATokenToKVPool
+
+    from runtime_ext.kv_cache import npu_pool
+
+    def sglang_builder(configurator, *, max_total_num_tokens):  # _build_ascend_mha_kv_pool's pool
+        return NPUMHATokenToKVPool(max_total_num_tokens, page_size=16, dtype=torch.int8, head_num=2, head_dim=64,
+                                   layer_num=2, device="npu", enable_memory_saver=False)  # fmt: skip
+
+    monkeypatch.setattr(npu_pool, "build_c8_pool", sglang_builder)
+    args = resolved_args(engine_options(model_dir, kv_cache="c8_dynamic"))
     with pytest.raises(
         ValueError, match="kv_cache: c8_dynamic: SGLang built NPUMHATokenToKVPool without runtime_ext's"
     ):
-        build_pools(args, kv_cache_dtype=torch.int8)
+        build_pools(args)
 
 
 def test_report_reads_the_live_objects_not_the_configuration(model_dir, kv_state):

@@ -1,12 +1,14 @@
-"""A C8 ``kv_cache`` on ``engine.device: npu`` is a startup error naming the setting: SGLang's NPU pool
-would store K/V truncated to int8 (runtime_ext/kv_cache/support.py; the twin shows it,
-tests/npu_twin/twin_kv_pool.py). bf16 on npu and every mode on cpu still load."""
+"""``kv_cache`` modes on ``engine.device: npu``: every mode wired into SGLang's NPU pool loads (C8 through
+runtime_ext's C8NPUMHATokenToKVPool; tests/npu_twin/twin_c8_attention.py runs it), and a mode that is
+not wired (``runtime_ext/kv_cache/support.py`` SERVED) is a startup error naming the setting, never a
+silent fallback to another KV format."""
 
 from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
 
+from runtime_ext.kv_cache import support
 from runtime_ext.kv_cache.sizing import KV_MODES
 from service.settings import load_settings
 
@@ -20,22 +22,28 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(key)
 
 
+@pytest.fixture
+def npu_serves_bf16_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A build in which no C8 mode is wired into the NPU pool."""
+    monkeypatch.setitem(support.SERVED, "npu", ("bf16",))
+
+
 @pytest.mark.parametrize("mode", [m for m in KV_MODES if m != "bf16"])
-def test_c8_on_npu_is_refused_naming_the_setting(mode: str) -> None:
+def test_a_mode_not_wired_on_npu_is_refused_naming_the_setting(npu_serves_bf16_only, mode: str) -> None:
     with pytest.raises(ValidationError) as err:
         load_settings(kv_cache=mode, engine={"device": "npu"})
     assert f"kv_cache: {mode} is not supported on device: npu yet" in str(err.value)
     assert "kv_cache: bf16" in str(err.value)  # what to use instead
 
 
-def test_c8_on_npu_from_the_environment_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_mode_not_wired_from_the_environment_is_refused(npu_serves_bf16_only, monkeypatch) -> None:
     monkeypatch.setenv("STRUCTSERVE_ENGINE__DEVICE", "npu")
     monkeypatch.setenv("STRUCTSERVE_KV_CACHE", "c8_dynamic")
     with pytest.raises(ValidationError, match="kv_cache: c8_dynamic is not supported on device: npu yet"):
         load_settings()
 
 
-@pytest.mark.parametrize(("device", "mode"), [("npu", "bf16")] + [("cpu", m) for m in KV_MODES])
+@pytest.mark.parametrize(("device", "mode"), [(d, m) for d in ("npu", "cpu") for m in KV_MODES])
 def test_served_combinations_load(device: str, mode: str) -> None:
     settings = load_settings(kv_cache=mode, engine={"device": device})
     assert (settings.engine.device, settings.kv_cache) == (device, mode)
