@@ -40,7 +40,15 @@ def plugin_report() -> dict[str, Any]:
         "admission": state.admission.report(),
         "attention": state.attention.report(),
         "grammar": state.grammar.report(),
+        "pd": _pd_report(),
     }
+
+
+def _pd_report() -> dict[str, int]:
+    """Prefill/decode link-down counts in this process (non-zero only in a decode scheduler)."""
+    from runtime_ext.pd.link_down import STATS
+
+    return STATS.report()
 
 
 def _kv_kernel_calls() -> dict[str, Any]:
@@ -135,10 +143,12 @@ def register() -> None:
     from runtime_ext.fixes import grammar_token_sync, min_p_seed, sampling_seed
     from runtime_ext.kv_cache import sglang_hooks as kv_hooks
     from runtime_ext.parsers.sglang_adapter import register_tool_parsers
+    from runtime_ext.pd import cpu_transfer, link_down
     from runtime_ext.prefix_cache import sglang_backend as prefix_backend
     from runtime_ext.quant import checkpoint_method
     from runtime_ext.quant import sglang_methods as quant_methods
 
+    config = RuntimeExtConfig.from_env()  # the one read of the service's config in this process
     HookRegistry.register(_INTERNAL_STATE_TARGET, _add_report, HookType.AFTER)
     sampling_seed.register(HookRegistry, HookType)
     min_p_seed.register(HookRegistry, HookType)  # min_p with the seeds above (else an assertion)
@@ -147,10 +157,11 @@ def register() -> None:
     grammar_cache.register(HookRegistry, HookType)  # SGLang's and xgrammar's grammar caches bounded
     kv_hooks.register(HookRegistry, HookType, state.kv_cache)  # kv_cache_dtype="c8_dynamic"
     native.register(state.attention)  # torch_native attention: new queries only, gathered KV rows, batched decode
-    quant_methods.register(HookRegistry, HookType, state.quant)  # quantization="structserve_w8a8_dynamic" etc.
-    checkpoint_method.register(state.quant)  # msModelSlim-layout checkpoints (quant_model_description.json)
+    quant_methods.register(HookRegistry, HookType, state.quant, config)  # quantization="structserve_w8a8_dynamic"..
+    checkpoint_method.register(state.quant, config)  # msModelSlim-layout checkpoints (quant_model_description.json)
     prefix_backend.register(state.prefix_cache)  # radix_cache_backend="structserve_combined"
+    cpu_transfer.register(HookRegistry, HookType)  # PD prefill's KV send without CUDA events on the CPU
+    link_down.register(HookRegistry, HookType)  # PD decode: a refused prefill fails its requests and frees their KV now
     register_tool_parsers()  # structserve_<format> names for SGLang's own --tool-call-parser
-    config = RuntimeExtConfig.from_env()
     admission.register(HookRegistry, HookType, state.admission, config.admission, config.reserve_ratio)
     state.registered_pids.add(os.getpid())

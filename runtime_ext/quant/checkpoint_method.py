@@ -89,13 +89,13 @@ class CheckpointLinearMethod(StructserveLinearMethod):
 
 class StructserveModelSlimConfig(ConfigBase):
     quant_stats: QuantStats  # set on the class ``register`` builds (the plugin's per-process stats)
+    runtime = RuntimeExtConfig()  # the plugin's config, set on the class ``register`` builds
 
     def __init__(self, description: dict) -> None:
         super().__init__()
         self.types = modelslim.layer_types(description)
         self.group_size = int(description.get("group_size") or 128)
-        policy = RuntimeExtConfig.from_env().quant_policy
-        self.stage_aware = policy.stage_aware if policy is not None else False
+        self.stage_aware = _stage_aware(self.runtime)
 
     @classmethod
     def get_name(cls) -> str:
@@ -119,8 +119,7 @@ class StructserveModelSlimConfig(ConfigBase):
             return None
         if user_quant not in (None, "modelslim", NAME):
             return None
-        policy = RuntimeExtConfig.from_env().quant_policy
-        stage_aware = policy.stage_aware if policy is not None else False
+        stage_aware = _stage_aware(cls.runtime)
         return targets.serving_method(is_npu(), targets.description_types(hf_quant_cfg), stage_aware, user_quant)
 
     def get_quant_method(self, layer: Any, prefix: str) -> Any:
@@ -138,5 +137,11 @@ class StructserveModelSlimConfig(ConfigBase):
         return CheckpointLinearMethod(QuantPolicy(scheme, self.group_size, self.stage_aware), self.quant_stats, prefix)
 
 
-def register(stats: QuantStats) -> None:
-    add_method(type(StructserveModelSlimConfig.__name__, (StructserveModelSlimConfig,), {"quant_stats": stats}))
+def _stage_aware(runtime: RuntimeExtConfig) -> bool:
+    return runtime.quant_policy.stage_aware if runtime.quant_policy is not None else False
+
+
+def register(stats: QuantStats, runtime: RuntimeExtConfig) -> None:
+    """``runtime``: the plugin's config (``plugin.register()`` reads it once per process)."""
+    attrs = {"quant_stats": stats, "runtime": runtime}
+    add_method(type(StructserveModelSlimConfig.__name__, (StructserveModelSlimConfig,), attrs))

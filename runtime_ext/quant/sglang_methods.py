@@ -193,13 +193,12 @@ def add_method(cls: type) -> None:
         add_quantization_method_choices([cls.get_name()])
 
 
-def _config_class(scheme: Scheme, stats: QuantStats) -> type:
+def _config_class(scheme: Scheme, stats: QuantStats, runtime: RuntimeExtConfig) -> type:
     class StructserveQuantConfig(ConfigBase):
         SCHEME = scheme
 
         def __init__(self) -> None:
             super().__init__()
-            runtime = RuntimeExtConfig.from_env()
             policy = runtime.quant_policy or QuantPolicy(scheme)
             if policy.scheme != scheme:
                 policy = QuantPolicy(scheme, policy.group_size, policy.stage_aware, policy.keep)
@@ -236,7 +235,8 @@ def _config_class(scheme: Scheme, stats: QuantStats) -> type:
     return StructserveQuantConfig
 
 
-def register(hooks: Any, hook_type: Any, stats: QuantStats) -> None:
+def register(hooks: Any, hook_type: Any, stats: QuantStats, runtime: RuntimeExtConfig) -> None:
+    """``runtime``: the plugin's config (``plugin.register()`` reads it once per process)."""
     for scheme in SCHEMES:
-        add_method(_config_class(scheme, stats))
+        add_method(_config_class(scheme, stats, runtime))
     hooks.register(FORWARD_TARGET, _forward_hook(stats), hook_type.AROUND)

@@ -52,10 +52,11 @@ def quant_config(model_dir: Path, method: str):
     from sglang.srt.configs.model_config import ModelConfig
 
     if method == "structserve_modelslim":
+        from runtime_ext.config import RuntimeExtConfig
         from runtime_ext.quant import checkpoint_method
         from runtime_ext.state import QuantStats
 
-        checkpoint_method.register(QuantStats())
+        checkpoint_method.register(QuantStats(), RuntimeExtConfig.from_env())
     model_config = ModelConfig(str(model_dir), quantization=method, dtype="auto")
     loader._is_npu = True  # the NPU's packed_modules_mapping (qkv_proj, gate_up_proj)
     return model_config, loader._get_quantization_config(model_config, LoadConfig())
