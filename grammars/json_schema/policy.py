@@ -51,6 +51,7 @@ from grammars.json_schema.canonical import (
 from grammars.json_schema.keywords import KEYWORDS, SGLANG_FORMATS, KeywordSupport
 from grammars.json_schema.patterns import check_patterns
 from grammars.json_schema.productive import check_productive
+from grammars.json_schema.rewrite import rewrite_exact
 from grammars.json_schema.rules import node_problems
 
 __all__ = [
@@ -97,16 +98,18 @@ class CheckedSchema:
 
     Attributes:
         schema: the schema to compile: the input object itself when nothing was
-            loosened or ignored, else a new copy without those keywords.
+            loosened, ignored or rewritten, else a new copy.
         canonical: ``canonical_json(schema)``: what to compile, and the cache key.
         loosened: the keywords dropped (empty unless ``allow_loosening``).
         ignored: the unknown keywords removed (annotations: no effect on validity).
+        rewritten: the keywords restated exactly (``rewrite.py``), as ``keyword at /pointer``.
     """
 
     schema: dict[str, Any]
     canonical: str
     loosened: tuple[Unsupported, ...] = ()
     ignored: tuple[Unsupported, ...] = ()
+    rewritten: tuple[str, ...] = ()
 
 
 def check_schema(schema: Any, *, limits: SchemaLimits = SchemaLimits(), allow_loosening: bool = False) -> CheckedSchema:
@@ -128,13 +131,14 @@ def check_schema(schema: Any, *, limits: SchemaLimits = SchemaLimits(), allow_lo
     _check_limits(schema, limits)
     _check_metaschema(schema)
     schema, ignored = strip_unknown(schema)
+    schema, rewritten = rewrite_exact(schema)
     problems = _problems(schema)
     if problems and not allow_loosening:
         raise UnsupportedKeywordError(problems)
     check_patterns(schema)  # every regex is matched again when the output is validated
     checked = _loosen(schema, problems) if problems else CheckedSchema(schema, canonical_json(schema))
     check_productive(checked.schema)
-    return replace(checked, ignored=ignored) if ignored else checked
+    return replace(checked, ignored=ignored, rewritten=rewritten) if ignored or rewritten else checked
 
 
 def _check_limits(schema: dict[str, Any], limits: SchemaLimits) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 
 class _Strict(BaseModel):
@@ -263,6 +263,13 @@ class SchemaValidation(BaseModel):
     # unknown keywords of the schema (annotations under JSON Schema 2020-12), ignored for
     # generation and validation, as "keyword at /pointer" (a tool's: "name: keyword at ...")
     ignored_keywords: list[str] | None = None
+
+    @model_serializer(mode="wrap")
+    def _only_named_keywords(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)  # ignored_keywords appears only when there are some
+        if isinstance(data, dict) and data.get("ignored_keywords") is None:
+            data.pop("ignored_keywords", None)
+        return data
 
 
 class Choice(BaseModel):

@@ -210,3 +210,24 @@ def test_a_ref_loop_is_a_400_before_the_engine(qwen_server):
     err = info.value.body
     assert (err["param"], err["code"]) == ("tools.1.function.parameters", "unsatisfiable_schema")
     assert client.chat.completions.create(**kw).choices[0].finish_reason in ("stop", "length")
+
+
+def test_unknown_keywords_are_annotations_named_on_the_choice_and_counted(qwen_server):
+    """A schema with keywords JSON Schema does not define (``tlo``, ``self``) is served, not
+    refused; the choice names them and /metrics counts them; the grammar still holds."""
+    schema = {
+        "type": "object",
+        "tlo": "flag",
+        "properties": {"ok": {"type": "boolean", "self": "/flags/ok"}},
+        "required": ["ok"],
+        "additionalProperties": False,
+    }
+    resp = _post(qwen_server, response_format=_fmt(schema), max_tokens=32, temperature=1.0, seed=1)
+    assert resp.status_code == 200, resp.text
+    choice = resp.json()["choices"][0]
+    assert choice["finish_reason"] == "stop", choice
+    Draft202012Validator(schema).validate(json.loads(choice["message"]["content"]))
+    check = choice["schema_validation"]
+    assert check["valid"] is True and check["ignored_keywords"] == ["tlo at /", "self at /properties/ok"]
+    metrics = httpx.get(f"{qwen_server.base_url}/metrics", timeout=30).text
+    assert 'structserve_schema_ignored_keywords_total{keyword="tlo"}' in metrics

@@ -97,7 +97,7 @@ def test_unknown_keywords_beside_applicators_and_inside_property_names_are_ignor
     [
         ({"type": "array", "items": {"type": "integer"}, "uniqueItems": True, "x-a": 1}, "uniqueItems"),
         ({"type": "string", "nullable": True, "title2": "t"}, "nullable"),
-        ({"type": "object", "properties": {"a": {"not": {"type": "string"}, "foo": 1}}}, "not"),
+        ({"type": "object", "properties": {"a": {"not": {"type": "string", "minLength": 2}, "foo": 1}}}, "not"),
     ],
 )
 def test_known_assertions_stay_refused_and_loosening_keeps_its_meaning(schema, keyword) -> None:

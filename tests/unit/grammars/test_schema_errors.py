@@ -74,7 +74,7 @@ def test_unsupported_lists_every_occurrence() -> None:
         "properties": {
             "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
             "n": {"type": "number", "multipleOf": 0.5},
-            "x": {"not": {"type": "null"}},
+            "x": {"not": {"type": "string", "minLength": 2}},
         },
         "if": {"required": ["n"]},
     }

@@ -58,3 +58,11 @@ def test_the_metric_counts_by_name_and_bounds_its_labels(monkeypatch) -> None:
     monkeypatch.setattr(grammar_gate, "_MAX_LABELS", 1)  # "tlo" took the one label
     count_ignored(("fresh at /",))
     assert _count("fresh") == 0 and _count("other") == before[1] + 2
+
+
+def test_the_field_appears_only_when_keywords_were_ignored() -> None:
+    from service.protocol.openai import SchemaValidation
+
+    assert SchemaValidation(valid=True).model_dump() == {"valid": True, "error": None}
+    named = SchemaValidation(valid=True, ignored_keywords=["tlo at /"]).model_dump()
+    assert named == {"valid": True, "error": None, "ignored_keywords": ["tlo at /"]}

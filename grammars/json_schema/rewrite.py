@@ -1,0 +1,231 @@
+"""Exact rewrites: keywords neither library enforces, restated with keywords both enforce.
+
+Each rewrite yields a schema that admits no instance the original refuses (at most it
+narrows, as strict mode does: no undeclared object members); the policy then judges the
+result as usual, and outputs are still validated against the client's original schema.
+Bottom-up, on a copy; a subschema with a ``$ref`` into what a rewrite moves is left as it is.
+
+- ``allOf`` of object schemas (``type``/``properties``/``required``/``additionalProperties:
+  false``, beside the parent's own): one object schema. A property declared in several parts
+  becomes the ``allOf`` of its schemas, merged the same way or left (and refused) as it is.
+  An ``additionalProperties: false`` part keeps only its own names.
+- ``oneOf`` whose branches are provably disjoint (``canonical.branches_disjoint``: distinct
+  types or values, or a required const/enum discriminator property): ``anyOf``.
+- ``not`` of a ``type``: the complement type list (``number`` minus ``integer`` is not a type:
+  left as it is). ``not`` of a ``const``/``enum`` beside an ``enum``/``const``: those values
+  filtered.
+- ``dependentRequired`` over declared properties of a closed object (at most
+  ``MAX_DEPENDENT`` trigger names): an ``anyOf`` of the objects with each trigger absent, or
+  present with its dependents required.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from typing import Any
+
+from grammars.json_schema.canonical import branches_disjoint, iter_subschemas, json_equal, resolve_pointer
+from grammars.json_schema.keywords import _NEUTRAL
+
+__all__ = ["MAX_DEPENDENT", "rewrite_exact"]
+
+MAX_DEPENDENT = 3
+_OBJECT_KEYS = frozenset({"type", "properties", "required", "additionalProperties"})
+_MOVED = ("allOf", "oneOf", "not", "properties", "dependentRequired")  # what a rewrite moves or renames
+_INTERACTING = frozenset(
+    {"$ref", "allOf", "anyOf", "oneOf", "not", "if", "then", "else", "properties", "patternProperties",
+     "additionalProperties", "unevaluatedProperties", "items", "prefixItems", "unevaluatedItems",
+     "contains", "minContains", "maxContains", "dependentSchemas", "dependentRequired", "$defs", "definitions"}
+)  # fmt: skip
+_TYPES = ("null", "boolean", "object", "array", "number", "string", "integer")
+
+
+def rewrite_exact(schema: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """(the rewritten copy, ``keyword at /pointer`` per rewrite); ``schema`` itself when
+    nothing applies. Never mutates ``schema``."""
+    targets = _ref_targets(schema)
+    nodes = [n for n in iter_subschemas(schema) if isinstance(n.value, dict) and _candidate(n.value)]
+    nodes = [n for n in nodes if not any(t.startswith(f"{n.pointer}/{k}") for t in targets for k in _MOVED)]
+    if not nodes:
+        return schema, ()
+    out, done = copy.deepcopy(schema), []
+    for node in sorted(nodes, key=lambda n: n.depth, reverse=True):  # children first
+        value = resolve_pointer(out, node.pointer)
+        for keyword, step in _STEPS:
+            if keyword in value and step(value):
+                done.append(f"{keyword} at {node.pointer or '/'}")
+    return (out, tuple(done)) if done else (schema, ())
+
+
+def _candidate(value: dict[str, Any]) -> bool:
+    return any(k in value for k, _ in _STEPS)
+
+
+def _ref_targets(schema: dict[str, Any]) -> list[str]:
+    out = []
+    for node in iter_subschemas(schema):
+        ref = node.value.get("$ref") if isinstance(node.value, dict) else None
+        if isinstance(ref, str) and ref.startswith("#"):
+            out.append(ref[1:])
+    return out
+
+
+def merge_all_of(value: dict[str, Any]) -> bool:
+    """Replace ``value``'s ``allOf`` (and its own object keywords) by one object schema."""
+    branches = value.get("allOf")
+    if not isinstance(branches, list) or not branches:
+        return False
+    own = {k: v for k, v in value.items() if k in _OBJECT_KEYS}
+    if any(k not in _OBJECT_KEYS and k not in _NEUTRAL for k in value if k != "allOf"):
+        return False
+    merged = _merge([own, *branches])
+    if merged is None:
+        return False
+    for key in _OBJECT_KEYS | {"allOf"}:
+        value.pop(key, None)
+    value.update(merged)
+    return True
+
+
+def _merge(parts: list[Any]) -> dict[str, Any] | None:
+    """One object schema admitting only what every part admits, or None."""
+    if not all(isinstance(p, dict) and _mergeable(p) for p in parts):
+        return None
+    props: dict[str, Any] = {}
+    for part in parts:
+        for name, sub in part.get("properties", {}).items():
+            props[name] = sub if name not in props else _both(props[name], sub)
+            if props[name] is None:
+                return None
+    closed = [set(p.get("properties", {})) for p in parts if p.get("additionalProperties") is False]
+    allowed = set.intersection(*closed) if closed else set(props)
+    required = list(dict.fromkeys(n for p in parts for n in p.get("required", [])))
+    if any(n not in allowed for n in required):
+        return None  # unsatisfiable as merged: left to the policy as it is
+    out: dict[str, Any] = {"properties": {n: s for n, s in props.items() if n in allowed}}
+    if any(p.get("type") == "object" for p in parts) or closed:
+        out["type"] = "object"
+    if required:
+        out["required"] = required
+    if closed:
+        out["additionalProperties"] = False
+    return out
+
+
+def _mergeable(part: dict[str, Any]) -> bool:
+    return (
+        all(k in _OBJECT_KEYS or k in _NEUTRAL for k in part)
+        and part.get("type", "object") == "object"
+        and part.get("additionalProperties", False) is False
+        and isinstance(part.get("properties", {}), dict)
+        and isinstance(part.get("required", []), list)
+    )
+
+
+def _both(a: Any, b: Any) -> Any:
+    """The schema of a property two parts declare: one when equal, the union of their
+    keywords when no keyword of one reads a sibling of the other, else their merge."""
+    if json_equal(a, b):
+        return a
+    if isinstance(a, dict) and isinstance(b, dict) and _independent(a, b):
+        return {**a, **b}
+    both: dict[str, Any] = {"allOf": [a, b]}
+    return both if merge_all_of(both) else None
+
+
+def _independent(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """``{**a, **b}`` means ``allOf: [a, b]``: shared keywords are equal and none of them
+    depends on its siblings."""
+    keys = set(a) | set(b)
+    return not keys & _INTERACTING and all(json_equal(a[k], b[k]) for k in set(a) & set(b))
+
+
+def disjoint_one_of(value: dict[str, Any]) -> bool:
+    branches = value.get("oneOf")
+    if "anyOf" in value or not isinstance(branches, list) or not branches_disjoint(branches):
+        return False
+    value["anyOf"] = value.pop("oneOf")
+    return True
+
+
+def negated(value: dict[str, Any]) -> bool:
+    """``not`` of a type (complement type list) or of values (filtered sibling enum)."""
+    inner = value.get("not")
+    if not isinstance(inner, dict) or any(k not in _NEUTRAL for k in inner if k not in ("type", "const", "enum")):
+        return False
+    if set(inner) - _NEUTRAL == {"type"}:
+        return _not_type(value, inner["type"])
+    if len(set(inner) - _NEUTRAL) == 1:
+        return _not_values(value, [inner["const"]] if "const" in inner else inner.get("enum"))
+    return False
+
+
+def _not_type(value: dict[str, Any], raw: Any) -> bool:
+    excluded = {raw} if isinstance(raw, str) else set(raw) if isinstance(raw, list) else None
+    own = value.get("type", list(_TYPES))
+    have = [own] if isinstance(own, str) else list(own) if isinstance(own, list) else None
+    if excluded is None or have is None or not excluded <= set(_TYPES):
+        return False
+    if "number" in excluded:
+        excluded.add("integer")
+    keep = [t for t in have if t not in excluded]
+    if not keep or ("integer" in excluded and "number" in keep):
+        return False  # nothing left, or "number but not integer": not a type
+    value.pop("not")
+    value["type"] = keep[0] if len(keep) == 1 else keep
+    return True
+
+
+def _not_values(value: dict[str, Any], bad: Any) -> bool:
+    own = [value["const"]] if "const" in value else value.get("enum")
+    if not isinstance(bad, list) or not isinstance(own, list):
+        return False
+    keep = [v for v in own if not any(json_equal(v, b) for b in bad)]
+    if not keep:
+        return False
+    value.pop("not")
+    value.pop("const", None)
+    value["enum"] = keep
+    return True
+
+
+def dependent_required(value: dict[str, Any]) -> bool:
+    """``dependentRequired`` over a closed object's declared properties: an ``anyOf``."""
+    deps, props = value.get("dependentRequired"), value.get("properties")
+    if not isinstance(deps, dict) or not isinstance(props, dict) or not 0 < len(deps) <= MAX_DEPENDENT:
+        return False
+    base = {k: v for k, v in value.items() if k in _OBJECT_KEYS}
+    if any(k not in _OBJECT_KEYS and k not in _NEUTRAL for k in value if k != "dependentRequired"):
+        return False
+    if not _mergeable(base) or any(n not in props or any(d not in props for d in ds) for n, ds in deps.items()):
+        return False
+    branches = [b for present in itertools.product((False, True), repeat=len(deps)) if (b := _arm(base, deps, present))]
+    if not branches:
+        return False
+    for key in _OBJECT_KEYS | {"dependentRequired"}:
+        value.pop(key, None)
+    value["anyOf"] = branches
+    return True
+
+
+def _arm(base: dict[str, Any], deps: dict[str, list[str]], present: tuple[bool, ...]) -> dict[str, Any] | None:
+    required = list(base.get("required", []))
+    absent = {n for n, on in zip(deps, present) if not on}
+    for name, on in zip(deps, present):
+        if on:
+            required += [name, *deps[name]]
+    required = list(dict.fromkeys(required))
+    if absent & set(required):
+        return None
+    props = {n: s for n, s in base["properties"].items() if n not in absent}
+    arm: dict[str, Any] = {"type": "object", "properties": props, "additionalProperties": False}
+    return {**arm, "required": required} if required else arm
+
+
+_STEPS = (
+    ("allOf", merge_all_of),
+    ("oneOf", disjoint_one_of),
+    ("not", negated),
+    ("dependentRequired", dependent_required),
+)

@@ -1,0 +1,121 @@
+"""The exact rewrites (``grammars/json_schema/rewrite.py``) admit no invalid instance.
+
+For each construct (``allOf`` of objects, a discriminated ``oneOf``, ``not`` of a type or of
+values, ``dependentRequired``), every instance of a bounded domain (each declared property
+absent or one of a few values of every JSON type) is serialized as the grammar emits it and
+run through the real token matchers (llguidance as the service routes it, and xgrammar) with
+SmolLM2's tokenizer. Checked per instance, against jsonschema on the client's original schema:
+- accepted by either library => valid (no invalid instance admitted);
+- valid, and within strict mode's narrowing (no undeclared member) => accepted by llguidance
+  (nothing valid is refused beyond that narrowing).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any
+
+import pytest
+from jsonschema import Draft202012Validator
+
+from grammars.compile import compile_text, json_schema_to_lark, load_compiler, strict_schema
+from grammars.json_schema import LinearValidator, check_schema
+from tests.grammars.test_llguidance_json import SPACED, Guidance
+from tools.grammar_check import grammar_text, walk_tokens
+
+VALUES: list[Any] = ["x", "y", 0, 1.5, True, None, [1]]
+ABSENT = object()
+
+CASES: dict[str, dict[str, Any]] = {
+    "allOf of two objects": {
+        "allOf": [
+            {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]},
+            {"properties": {"b": {"type": "integer"}}, "required": ["b"]},
+        ]
+    },
+    "allOf with a closed part": {
+        "type": "object",
+        "properties": {"a": {"type": "string"}, "b": {"type": "integer"}},
+        "additionalProperties": False,
+        "allOf": [{"properties": {"a": {"enum": ["x"]}}, "required": ["a"]}],
+    },
+    "oneOf with a discriminator": {
+        "oneOf": [
+            {"type": "object", "properties": {"k": {"const": "x"}, "v": {"type": "string"}}, "required": ["k", "v"]},
+            {"type": "object", "properties": {"k": {"const": "y"}, "v": {"type": "integer"}}, "required": ["k"]},
+        ]
+    },
+    "not of types": {
+        "type": "object",
+        "properties": {"a": {"not": {"type": ["string", "array", "object", "null"]}}},
+        "required": ["a"],
+    },
+    "not of a value": {
+        "type": "object",
+        "properties": {"a": {"enum": ["x", "y", 0], "not": {"const": "y"}}},
+        "required": ["a"],
+    },
+    "dependentRequired": {
+        "type": "object",
+        "properties": {"a": {"type": "string"}, "b": {"type": "integer"}, "c": {"type": "boolean"}},
+        "dependentRequired": {"a": ["b"], "c": ["a"]},
+        "additionalProperties": False,
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> tuple[Any, Any, Guidance]:
+    from assets import model_dir
+
+    tokenizer, compiler = load_compiler(model_dir("smollm2"))
+    return tokenizer, compiler, Guidance(tokenizer)
+
+
+def _names(schema: Any) -> list[str]:
+    """Every property name declared anywhere in the schema, in order."""
+    found: list[str] = []
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            found += [n for n in node.get("properties", {}) if n not in found]
+            stack += [v for v in node.values() if isinstance(v, (dict, list))]
+        elif isinstance(node, list):
+            stack += node
+    return found
+
+
+def _domain(schema: Any) -> list[dict[str, Any]]:
+    names = _names(schema)
+    out = []
+    for combo in itertools.product([ABSENT, *VALUES], repeat=len(names)):
+        out.append({n: v for n, v in zip(names, combo) if v is not ABSENT})
+    return out
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_rewritten_constructs_admit_no_invalid_instance(smollm2, name):
+    tokenizer, compiler, guidance = smollm2
+    original = CASES[name]
+    checked = check_schema(original)  # refused before the rewrite: UnsupportedKeywordError
+    assert checked.rewritten, "served without a rewrite: not what this test is about"
+    served = json.loads(checked.canonical)
+    lark = json_schema_to_lark(served)  # routed to llguidance (NotExpressible otherwise)
+    compiled = compile_text(compiler, "json_schema", checked.canonical)
+    valid, narrowed = Draft202012Validator(original), LinearValidator(strict_schema(served))
+    accepted = refused_valid = 0
+    failures: list[str] = []
+    for instance in _domain(original):
+        by_llguidance = guidance.accepts(lark, grammar_text(instance, served, const_separators=SPACED))
+        by_xgrammar = walk_tokens(compiled, tokenizer, grammar_text(instance, served)).accepted
+        ok = valid.is_valid(instance)
+        accepted += by_llguidance
+        if (by_llguidance or by_xgrammar) and not ok:
+            failures.append(f"admits invalid {instance} (llguidance {by_llguidance}, xgrammar {by_xgrammar})")
+        elif ok and narrowed.is_valid(instance) and not by_llguidance:
+            refused_valid += 1
+            failures.append(f"refuses valid {instance}")
+    assert accepted >= 2, accepted
+    assert not failures, failures[:10]

@@ -1,0 +1,65 @@
+"""The exact rewrites at the schema level (jsonschema only, milliseconds): over a bounded
+domain, the rewritten schema admits no instance the original refuses, and refuses no
+instance the original admits within strict mode's narrowing; the forms that cannot be
+restated exactly are left alone (and refused by the policy). The token-matcher proof is
+tests/grammars/test_schema_rewrites.py."""
+
+from __future__ import annotations
+
+import pytest
+from jsonschema import Draft202012Validator
+
+from grammars.compile import strict_schema
+from grammars.errors import UnsupportedKeywordError
+from grammars.json_schema import check_schema
+from grammars.json_schema.rewrite import rewrite_exact
+from tests.grammars.test_schema_rewrites import CASES, _domain
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_rewrite_is_exact_over_the_domain(name) -> None:
+    original = CASES[name]
+    rewritten, done = rewrite_exact(original)
+    assert done and rewritten is not original
+    before, after = Draft202012Validator(original), Draft202012Validator(rewritten)
+    narrowed = Draft202012Validator(strict_schema(rewritten))
+    admitted = 0
+    for instance in _domain(original):
+        if after.is_valid(instance):
+            admitted += 1
+            assert before.is_valid(instance), f"admits invalid {instance}"
+        elif before.is_valid(instance):
+            assert not narrowed.is_valid(instance), f"refuses valid {instance}"
+    assert admitted >= 2
+
+
+def test_the_policy_serves_what_it_refused_before() -> None:
+    for schema in CASES.values():
+        assert check_schema(schema).rewritten
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"allOf": [{"type": "object", "properties": {"a": {}}, "additionalProperties": {"type": "string"}}, {}]},
+        {"allOf": [{"type": "string"}, {"minLength": 2}]},
+        {"type": "number", "not": {"type": "integer"}},
+        {"type": "object", "properties": {"a": {}}, "additionalProperties": True, "dependentRequired": {"a": ["b"]}},
+        {"type": "object", "properties": {"a": {}}, "dependentRequired": {"a": ["undeclared"]}},
+        {"not": {"const": 1}},
+        {"oneOf": [{"type": "integer"}, {"type": "number"}]},
+    ],
+)
+def test_what_cannot_be_restated_exactly_is_left_and_refused(schema) -> None:
+    assert rewrite_exact(schema) == (schema, ())
+    with pytest.raises(UnsupportedKeywordError):
+        check_schema(schema)
+
+
+def test_a_ref_into_a_rewritten_part_keeps_it_as_it_is() -> None:
+    schema = {
+        "type": "object",
+        "properties": {"x": {"$ref": "#/allOf/0/properties/a"}},
+        "allOf": [{"properties": {"a": {"type": "string"}}}],
+    }
+    assert rewrite_exact(schema) == (schema, ())
