@@ -2,7 +2,8 @@
 structserve's grammar gate, beside llguidance alone and xgrammar alone.
 
 For each schema and library: served or refused (and why), which library the gate routed it to,
-compile time (policy + translation + grammar build for the tokenizer), and MaskBench's labelled
+compile time (the worker's CPU time for policy + translation + grammar build for the tokenizer, so
+a busy machine does not inflate it), and MaskBench's labelled
 instances walked token by token through the real matcher of the served grammar (SmolLM2's
 tokenizer by default): valid instances refused, invalid instances accepted. A refused schema's
 instances are not counted (nothing would be generated).
@@ -22,6 +23,8 @@ import argparse
 import json
 import math
 import multiprocessing
+import os
+import signal
 import sys
 import time
 from dataclasses import asdict, replace
@@ -65,10 +68,14 @@ class Worker:
         self._start()
 
     def close(self) -> None:
-        self.conn.send(None)
+        try:
+            self.conn.send(None)
+        except OSError:
+            pass
         self.proc.join(5)
         if self.proc.is_alive():
             self.proc.kill()
+            self.proc.join()
 
     def reply(self, timeout_s: float) -> tuple[Any, ...] | None:
         """The next reply, or None (worker replaced) when it used ``timeout_s`` of CPU budget,
@@ -116,13 +123,19 @@ def evaluate(worker: Worker, case: Case, library: str, timeout_s: float) -> Outc
     )
 
 
-def run(cases: list[Case], libraries: list[str], model: Path, timeout_s: float) -> list[Outcome]:
+def run(cases: list[Case], libraries: list[str], model: Path, timeout_s: float, log: Path | None) -> list[Outcome]:
+    """Every (case, library) outcome; each also appended to ``log`` (JSON lines) as it comes, so
+    an interrupted run keeps what it measured. SIGTERM stops it like Ctrl-C (the worker too)."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     worker = Worker(model)
     outcomes = []
     try:
-        for case in tqdm(cases, desc="schemas", unit="schema"):
-            for library in libraries:
-                outcomes.append(evaluate(worker, case, library, timeout_s))
+        with open(log or os.devnull, "w") as sink:
+            for case in tqdm(cases, desc="schemas", unit="schema"):
+                for library in libraries:
+                    outcomes.append(evaluate(worker, case, library, timeout_s))
+                    sink.write(json.dumps(asdict(outcomes[-1])) + "\n")
+                    sink.flush()
     finally:
         worker.close()
     return outcomes
@@ -134,8 +147,8 @@ def _fmt(value: float, digits: int = 0) -> str:
 
 def table(results: dict[tuple[str, str], Tally], title: str) -> Table:
     out = Table(title=title)
-    for col in ("subset", "library", "schemas", "served", "served %", "routes", "compile p50 ms",
-                "compile p99 ms", "compile max ms", "valid refused", "invalid accepted"):  # fmt: skip
+    for col in ("subset", "library", "schemas", "served", "served %", "routes", "compile p50 CPU ms",
+                "compile p99 CPU ms", "compile max CPU ms", "valid refused", "invalid accepted"):  # fmt: skip
         out.add_column(col, justify="right")
     for (subset, library), row in sorted(results.items(), key=lambda kv: (kv[0][0] == ALL, kv[0])):
         routes = " ".join(f"{k[:3]} {v}" for k, v in sorted(row.routes.items())) if library == "structserve" else ""
@@ -206,7 +219,7 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=10.0, help="compile budget per schema, s (the gate's)")
     parser.add_argument("--model", type=Path, default=None, help="tokenizer/model dir (default: SmolLM2)")
     parser.add_argument("--png", type=Path, default=ROOT / "docs" / "img" / "schema_coverage.png")
-    parser.add_argument("--json", type=Path, default=None, help="also write every outcome here")
+    parser.add_argument("--jsonl", type=Path, default=None, help="also write every outcome here, as it comes")
     args = parser.parse_args()
     if not args.data.is_dir():
         parser.error(f"{args.data} is not a folder: pass MaskBench's data folder with --data (docs/benchmarks.md)")
@@ -218,12 +231,10 @@ def main() -> None:
 
         args.model = model_dir("smollm2")
     began = time.perf_counter()
-    outcomes = run(cases, args.libraries, args.model, args.timeout)
+    outcomes = run(cases, args.libraries, args.model, args.timeout, args.jsonl)
     console = Console(width=200)
     results = report(outcomes, args.libraries, console)
     console.print(f"{len(cases)} schemas x {len(args.libraries)} libraries in {time.perf_counter() - began:.0f} s")
-    if args.json:
-        args.json.write_text(json.dumps([asdict(o) for o in outcomes], indent=1))
     plot(results, args.libraries, args.png)
 
 

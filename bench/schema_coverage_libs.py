@@ -10,14 +10,13 @@ route and the xgrammar compile), in the order ``service/grammar_gate.py`` runs t
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grammars.compile import LarkRouter, capture_warnings, compile_text, load_compiler
-from grammars.errors import GrammarError
-from grammars.json_schema import check_schema
+from grammars.compile import LarkRouter, capture_warnings, compile_text, load_compiler, schema_verdict
 from tools.grammar_check import grammar_text, walk_tokens
 
 LIBRARIES = ("structserve", "llguidance", "xgrammar")
@@ -62,24 +61,23 @@ class Libraries:
         return Served("xgrammar", self._xgrammar(json.dumps(schema), strict=False), schema)
 
     def gate_decision(self, schema: Any) -> Served:
-        """The service's gate: the fail-closed policy, then llguidance when it takes the
-        canonical schema exactly (``LarkRouter``), else xgrammar, whose warnings (a dropped
-        constraint) and dead grammars are refusals."""
+        """The service's gate (``grammars.compile.schema_verdict``: the policy, then llguidance
+        when it takes the canonical schema exactly, else xgrammar), with xgrammar compiled here
+        as the gate's worker compiles it: a warning (a dropped constraint) or a grammar with no
+        first token is a refusal."""
         try:
-            checked = check_schema(schema)
-        except GrammarError as exc:
-            raise Refused(_refusal(exc)) from None
-        canonical = json.loads(checked.canonical)
-        try:
-            lark = self.router.route("json_schema", checked.canonical)
+            verdict = schema_verdict(schema, router=self.router)
         except Exception:  # noqa: BLE001 - llguidance failing to check: xgrammar serves it, as in the gate
-            lark = None
-        if lark is not None:
+            verdict = schema_verdict(schema)
+        if not verdict.served or verdict.checked is None:
+            raise Refused(_refusal(verdict.reason or "", verdict.code))
+        canonical = json.loads(verdict.checked.canonical)
+        if verdict.lark is not None:
             try:
-                return Served("llguidance", self._ll_lark(lark), canonical)
+                return Served("llguidance", self._ll_lark(verdict.lark), canonical)
             except Refused:
                 pass  # the scheduler's fallback: xgrammar serves the same constraint
-        return Served("xgrammar", self._xgrammar(checked.canonical, strict=True), canonical)
+        return Served("xgrammar", self._xgrammar(verdict.checked.canonical, strict=True), canonical)
 
     def _xgrammar(self, text: str, *, strict: bool) -> Any:
         try:
@@ -142,14 +140,16 @@ class Libraries:
         return matcher.is_stopped() and not matcher.is_error()
 
 
-def _refusal(exc: GrammarError) -> str:
-    """The policy's refusal; for unsupported keywords the list the tally groups by
-    (``schema_coverage_tally.reason_keys``): ``unsupported keywords: minProperties, unknown:self``."""
-    unsupported = getattr(exc, "unsupported", None)
-    if not unsupported:
-        return f"{type(exc).__name__}: {exc.message}"
-    names = [f"unknown:{u.keyword}" if u.reason.startswith("unknown keyword") else u.keyword for u in unsupported]
-    return "unsupported keywords: " + ", ".join(dict.fromkeys(names))
+_NAMED = re.compile(r"`([^`]+)` at ([^:]*):")
+
+
+def _refusal(reason: str, code: str | None) -> str:
+    """The gate's 400; for unsupported keywords the list the tally groups by
+    (``schema_coverage_tally.reason_keys``): ``unsupported keywords: minProperties, uniqueItems``."""
+    names = _NAMED.findall(reason) if code == "unsupported_schema_keyword" else []
+    if not names:
+        return f"{code}: {reason}"
+    return "unsupported keywords: " + ", ".join(dict.fromkeys(name for name, _ in names))
 
 
 def _first_token(compiled: Any) -> bool:
@@ -169,13 +169,13 @@ def worker_main(conn: Any, model: str) -> None:
     conn.send(("ready",))
     while (request := conn.recv()) is not None:
         library, schema, valid, invalid = request
-        began = time.perf_counter()
+        began = time.process_time()  # CPU time: a busy machine does not inflate it
         try:
             served = libs.build(library, schema)
         except Refused as exc:
-            conn.send(("compiled", "", str(exc), (time.perf_counter() - began) * 1e3))
+            conn.send(("compiled", "", str(exc), (time.process_time() - began) * 1e3))
             continue
-        conn.send(("compiled", served.route, "", (time.perf_counter() - began) * 1e3))
+        conn.send(("compiled", served.route, "", (time.process_time() - began) * 1e3))
         refused = [v for v in valid if not libs.accepts(served, v)]
         accepted = [v for v in invalid if libs.accepts(served, v)]
         examples = [f"accepted invalid {json.dumps(v)[:120]}" for v in accepted[:2]]
