@@ -34,7 +34,6 @@ from typing import Any
 
 from grammars.errors import (
     InvalidSchemaError,
-    RemoteRefError,
     SchemaTooComplexError,
     Unsupported,
     UnsupportedKeywordError,
@@ -42,7 +41,6 @@ from grammars.errors import (
 from grammars.json_schema.access import member_dict
 from grammars.json_schema.annotations import strip_unknown
 from grammars.json_schema.canonical import (
-    Node,
     canonical_json,
     iter_subschemas,
     json_depth_exceeds,
@@ -51,6 +49,7 @@ from grammars.json_schema.canonical import (
 from grammars.json_schema.keywords import KEYWORDS, SGLANG_FORMATS, KeywordSupport
 from grammars.json_schema.patterns import check_patterns
 from grammars.json_schema.productive import check_productive
+from grammars.json_schema.refs import check_ref
 from grammars.json_schema.rewrite import rewrite_exact
 from grammars.json_schema.rules import node_problems
 
@@ -206,74 +205,9 @@ def _problems(schema: dict[str, Any]) -> list[Unsupported]:
     problems: list[Unsupported] = []
     for node in nodes:
         if isinstance(node.value, dict):
-            problems.extend(_check_ref(node, schema, locations))
+            problems.extend(check_ref(node, schema, locations))
             problems.extend(node_problems(node, schema))
     return problems
-
-
-def _check_ref(node: Node, root: dict[str, Any], locations: set[str]) -> list[Unsupported]:
-    ref = node.value.get("$ref")
-    if not isinstance(ref, str):
-        return []
-    if not ref.startswith("#"):
-        raise RemoteRefError(
-            f"$ref {ref!r} at {node.pointer or '/'} is not local; only references into the "
-            'same schema ("#/$defs/...") are allowed: inline the referenced schema '
-            "under $defs",
-            pointer=node.pointer,
-            keyword="$ref",
-        )
-    if ref != "#" and not ref.startswith("#/"):
-        return [
-            Unsupported(
-                "$ref",
-                node.pointer,
-                "references to $anchor names are not resolved by xgrammar; use a JSON pointer like #/$defs/name",
-            )
-        ]
-    if ref == "#":
-        return [
-            Unsupported(
-                "$ref",
-                node.pointer,
-                "recursion through the root makes xgrammar's "
-                "token mask refuse valid tokens such as `}}`; move the schema to "
-                '$defs/<name> and use {"$ref": "#/$defs/<name>"} everywhere',
-            )
-        ]
-    if "~" in ref or "%" in ref:
-        return [
-            Unsupported(
-                "$ref",
-                node.pointer,
-                "xgrammar does not decode ~0/~1/% escapes in $ref; rename the target to plain characters",
-            )
-        ]
-    try:
-        resolve_pointer(root, ref[1:], members_only=True)
-    except KeyError:
-        try:
-            resolve_pointer(root, ref[1:])
-        except KeyError:
-            pass
-        else:
-            return [
-                Unsupported(
-                    "$ref",
-                    node.pointer,
-                    "xgrammar resolves $ref only through non-empty object member names; point at a schema in $defs",
-                )
-            ]
-        raise InvalidSchemaError(
-            f"$ref {ref!r} at {node.pointer or '/'} points at nothing in the schema; fix the pointer or add the target",
-            pointer=node.pointer,
-            keyword="$ref",
-        ) from None
-    if ref[1:] not in locations:
-        return [
-            Unsupported("$ref", node.pointer, f"{ref!r} is not a subschema location; point at a schema under $defs")
-        ]
-    return []
 
 
 def _loosen(schema: dict[str, Any], problems: list[Unsupported]) -> CheckedSchema:
