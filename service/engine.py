@@ -18,7 +18,7 @@ from fastapi import HTTPException
 
 from runtime_ext.grammar_route import ENGINE_FAULT
 from runtime_ext.kv_cache import fault as kv_fault
-from runtime_ext.plugin import INTERNAL_STATE_KEY
+from runtime_ext.report import INTERNAL_STATE_KEY, SchedulerReport
 from service.engine_args import EngineOptions, prepare_process_env
 from service.engine_signals import DEATH, EngineDeath, signal_handler_class, unavailable
 from service.errors import EngineError, InvalidRequestError, NumericalFaultError, ServiceError
@@ -177,14 +177,14 @@ class SGLangEngine:
         )
         return KVUsage(used_tokens=used, capacity_tokens=int(capacity))
 
-    async def plugin_reports(self) -> list[dict[str, Any]]:
+    async def plugin_reports(self) -> list[SchedulerReport]:
         """The runtime_ext plugin's report from inside each scheduler process (one per
         data-parallel rank, in rank order); empty if the plugin is not loaded."""
         states = await self._tm.get_internal_state()
-        reports = [s[INTERNAL_STATE_KEY] for s in states if INTERNAL_STATE_KEY in s]
-        return sorted(reports, key=lambda r: r.get("dp_rank") or 0)
+        reports = [SchedulerReport.from_wire(s[INTERNAL_STATE_KEY]) for s in states if INTERNAL_STATE_KEY in s]
+        return sorted(reports, key=lambda r: r.dp_rank)
 
-    async def plugin_report(self) -> dict[str, Any] | None:
+    async def plugin_report(self) -> SchedulerReport | None:
         """One scheduler's report (rank 0: each rank has the same pool and the same plugin)."""
         reports = await self.plugin_reports()
         return reports[0] if reports else None

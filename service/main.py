@@ -13,6 +13,7 @@ from typing import Any, AsyncIterator
 from fastapi import FastAPI
 
 from runtime_ext.formats import select_format, select_reasoning_format
+from runtime_ext.report import SchedulerReport
 from service.api.deps import ServiceState
 from service.api.errors import install_error_handlers
 from service.api.gate import Gate, RequestContext
@@ -71,11 +72,12 @@ def _engine_died(state: ServiceState, reason: str, on_death: Any) -> None:
     on_death()
 
 
-def _kv_pool(report: dict | None) -> tuple[int, int] | None:
+def _kv_pool(report: SchedulerReport | None) -> tuple[int, int] | None:
     """The pool the scheduler really allocated: (tokens, page size); None without the report."""
-    if not report or "kv_pool" not in report:
+    pool = report.section("kv_pool") if report is not None else {}
+    if not pool:
         return None
-    return int(report["kv_pool"]["tokens"]), int(report["kv_pool"]["page_size"])
+    return int(pool["tokens"]), int(pool["page_size"])
 
 
 def _formats(settings: Settings, template: HFChatTemplate) -> tuple[ModelFormats, ReasoningPolicy | None]:

@@ -8,7 +8,8 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from runtime_ext.report_merge import merge_reports
+from runtime_ext.report import SchedulerReport
+from runtime_ext.report_merge import merged
 from service import metrics as m
 from service.api.deps import ServiceState, get_state
 
@@ -25,47 +26,47 @@ async def metrics(state: Annotated[ServiceState, Depends(get_state)]) -> Respons
         usage = await state.engine.kv_usage()
         m.KV_USED.set(usage.used_tokens)
         m.KV_CAPACITY.set(usage.capacity_tokens)
-        reports = [r for r in await state.engine.plugin_reports() if r.get("registered")]
+        reports = [r for r in await state.engine.plugin_reports() if r.registered]
         for report in reports:
-            m.PLUGIN.labels(
-                scheduler_pid=str(report["pid"]), dp_rank=str(report.get("dp_rank", 0)), version=report["version"]
-            ).set(1)
-        if reports:
-            _plugin_gauges(merge_reports(reports))
+            m.PLUGIN.labels(scheduler_pid=str(report.pid), dp_rank=str(report.dp_rank), version=report.version).set(1)
+        replica = merged(reports)
+        if replica is not None:
+            _plugin_gauges(replica)
     return Response(generate_latest(m.REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
 
-def _plugin_gauges(report: dict) -> None:
+def _plugin_gauges(report: SchedulerReport) -> None:
     """Gauges from runtime_ext's report (read in the scheduler processes, merged over dp ranks)."""
-    m.KV_METHOD.labels(method=report.get("kv_cache", "unknown")).set(1)
-    if "kv_pool_class" in report:
+    m.KV_METHOD.labels(method=report.kv_cache).set(1)
+    if report.serving is not None:
         m.KV_SERVING.labels(
-            pool_class=report["kv_pool_class"],
-            store_dtype=report["kv_store_dtype"],
-            attention_backend=report["attention_backend"],
+            pool_class=report.serving.pool_class,
+            store_dtype=report.serving.store_dtype,
+            attention_backend=report.serving.attention_backend,
         ).set(1)
-    m.KV_ROTATION.labels(rotation=report.get("kv_rotation", "unknown")).set(1)
-    m.KV_KERNELS.labels(impl=report.get("kv_kernels", "unknown")).set(1)
-    if report.get("kv_kernels_reason"):
-        m.KV_KERNELS_REASON.labels(reason=report["kv_kernels_reason"]).set(1)
-    for impl, calls in report.get("kv_kernel_calls", {}).items():
+    m.KV_ROTATION.labels(rotation=report.kv_rotation).set(1)
+    m.KV_KERNELS.labels(impl=report.kv_kernels).set(1)
+    if report.kv_kernels_reason:
+        m.KV_KERNELS_REASON.labels(reason=report.kv_kernels_reason).set(1)
+    for impl, calls in report.section("kv_kernel_calls").items():
         m.KV_KERNEL_CALLS.labels(impl=impl).set(calls)
     _kv_pool(report)
-    attention = report.get("attention", {})
+    attention = report.section("attention")
     for path in ("batched", "per_request"):
         m.ATTENTION.labels(impl=attention.get("impl", "unknown"), path=path).set(
             attention.get(f"{path}_decode_calls", 0)
         )
-    for library, count in report.get("grammar", {}).get("compiles", {}).items():
+    grammar, quant = report.section("grammar"), report.section("quant")
+    for library, count in grammar.get("compiles", {}).items():
         m.ENGINE_GRAMMARS.labels(library=library).set(count)
-    m.GRAMMAR_FALLBACKS.scheduler = dict(report.get("grammar", {}).get("fallbacks", {}))
+    m.GRAMMAR_FALLBACKS.scheduler = dict(grammar.get("fallbacks", {}))
     for state in ("quantized", "kept"):
-        m.QUANT_LAYERS.labels(state=state).set(report.get("quant", {}).get(state, 0))
+        m.QUANT_LAYERS.labels(state=state).set(quant.get(state, 0))
     for path in ("int8", "copy", "standby", "standby_rows"):
-        m.QUANT_MATMULS.labels(path=path).set(report.get("quant", {}).get(f"{path}_calls", 0))
-    _quant_monitor(report.get("quant", {}).get("monitor"))
-    _admission(report.get("admission"))
-    prefix = report.get("prefix_cache", {})
+        m.QUANT_MATMULS.labels(path=path).set(quant.get(f"{path}_calls", 0))
+    _quant_monitor(quant.get("monitor"))
+    _admission(report.section("admission"))
+    prefix = report.section("prefix_cache")
     if prefix.get("backend"):
         for stat in ("hit_tokens", "miss_tokens", "abandoned_pages", "evicted_tokens", "draft_dropped_pages"):
             m.PREFIX_CACHE.labels(stat=stat).set(prefix[stat])
@@ -90,14 +91,15 @@ def _quant_monitor(monitor: dict | None) -> None:
         m.QUANT_LAYER_FALLBACK.labels(layer=layer).set(1 if state["state"] == "fallback" else 0)
 
 
-def _kv_pool(report: dict) -> None:
-    if "kv_pool" in report:
-        m.KV_POOL_BYTES.set(report["kv_pool"]["bytes"])
-        if "residual_slots_on_free_pages" in report["kv_pool"]:  # a leak census: must stay 0
-            m.KV_RESIDUAL.labels(stat="slots_on_free_pages").set(report["kv_pool"]["residual_slots_on_free_pages"])
-    for part, value in report.get("kv_census", {}).items():
+def _kv_pool(report: SchedulerReport) -> None:
+    pool = report.section("kv_pool")
+    if pool:
+        m.KV_POOL_BYTES.set(pool["bytes"])
+        if "residual_slots_on_free_pages" in pool:  # a leak census: must stay 0
+            m.KV_RESIDUAL.labels(stat="slots_on_free_pages").set(pool["residual_slots_on_free_pages"])
+    for part, value in report.section("kv_census").items():
         m.KV_CENSUS.labels(part=part).set(value)
-    stats = report.get("kv_cache_stats", {})
+    stats = report.section("kv_cache_stats")
     for stat in ("outlier_rate", "slots_used", "slots", "dropped"):
         if stat in stats:
             m.KV_RESIDUAL.labels(stat=stat).set(stats[stat])
