@@ -136,7 +136,7 @@ REASONING_EXTRA: dict[str, list[str]] = {
         "plan<|end|><|start|>assistant<|channel|>commentary to=functions.f <|constrain|>json<|message|>{}",
         "plan<|end|> <|channel|>final<|message|>x",
         "plan<|end|><|start|>assistant<|chan",
-    ]
+    ],
 }
 
 
