@@ -103,7 +103,9 @@ def _merge(parts: list[Any]) -> dict[str, Any] | None:
     required = list(dict.fromkeys(n for p in parts for n in p.get("required", [])))
     if any(n not in allowed for n in required):
         return None  # unsatisfiable as merged: left to the policy as it is
-    out: dict[str, Any] = {"properties": {n: s for n, s in props.items() if n in allowed}}
+    out: dict[str, Any] = {}
+    if props or closed:
+        out["properties"] = {n: s for n, s in props.items() if n in allowed}
     if any(p.get("type") == "object" for p in parts) or closed:
         out["type"] = "object"
     if required:

@@ -63,3 +63,9 @@ def test_a_ref_into_a_rewritten_part_keeps_it_as_it_is() -> None:
         "allOf": [{"properties": {"a": {"type": "string"}}}],
     }
     assert rewrite_exact(schema) == (schema, ())
+
+
+def test_empty_parts_merge_into_any_value_not_into_an_object() -> None:
+    """``allOf: [{}, {}]`` admits every value: the merge must not imply an object."""
+    assert rewrite_exact({"allOf": [{}, {}]}) == ({}, ("allOf at /",))
+    assert rewrite_exact({"allOf": [{"description": "d"}]}) == ({}, ("allOf at /",))
