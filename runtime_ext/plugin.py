@@ -10,30 +10,27 @@ tests) prove that our code really runs inside SGLang's scheduler process.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Any
 
 from runtime_ext import __version__
+from runtime_ext.report import INTERNAL_STATE_KEY, KVServing, SchedulerReport
 from runtime_ext.state import PluginState
 
-INTERNAL_STATE_KEY = "structserve_runtime_ext"  # the service reads the report under this key
+__all__ = ["INTERNAL_STATE_KEY", "plugin_report", "kv_serving_report", "register"]
 _INTERNAL_STATE_TARGET = (
     "sglang.srt.managers.scheduler_components.internal_state.SchedulerInternalStateController.get_internal_state"
 )
 _STATE = PluginState()  # this process's
 
 
-def plugin_report() -> dict[str, Any]:
+def plugin_report() -> SchedulerReport:
     """What the plugin says about itself in the process that calls this. In the scheduler the
     report hook adds what serves K/V, read from the live objects (``kv_serving_report``)."""
     state = _STATE
-    return {
-        "version": __version__,
-        "pid": os.getpid(),
-        "registered": os.getpid() in state.registered_pids,
-        "kv_cache": state.kv_cache.method_name(),
-        "kv_rotation": state.kv_cache.rotation(),
-        "kv_kernels": state.kv_cache.kernels(),
-        **_kv_kernel_calls(),
+    kernels = _kv_kernel_calls()
+    sections = {
+        "kv_kernel_calls": kernels["kv_kernel_calls"],
         "kv_cache_stats": state.kv_cache.method_stats(),
         "quant": state.quant.report(),
         "prefix_cache": state.prefix_cache.report(),
@@ -42,6 +39,16 @@ def plugin_report() -> dict[str, Any]:
         "grammar": state.grammar.report(),
         "pd": _pd_report(),
     }
+    return SchedulerReport(
+        version=__version__,
+        pid=os.getpid(),
+        registered=os.getpid() in state.registered_pids,
+        kv_cache=state.kv_cache.method_name(),
+        kv_rotation=state.kv_cache.rotation(),
+        kv_kernels=state.kv_cache.kernels(),
+        kv_kernels_reason=kernels["kv_kernels_reason"],
+        sections=sections,
+    )
 
 
 def _pd_report() -> dict[str, int]:
@@ -78,18 +85,18 @@ def pool_report(scheduler: Any) -> dict[str, int]:
     return report
 
 
-def kv_serving_report(scheduler: Any) -> dict[str, str]:
+def kv_serving_report(scheduler: Any) -> KVServing:
     """What serves K/V in this scheduler, read from its live objects (not from settings or hook state):
     the pool's class, what its buffers store, the quant method it holds, the attention backend's class."""
     pool = scheduler.token_to_kv_pool_allocator.get_kvcache()
     method = pool.get_kv_cache_quant_method() if hasattr(pool, "get_kv_cache_quant_method") else None
     store = getattr(pool, "store_dtype", None) or pool.dtype
-    return {
-        "kv_pool_class": type(pool).__name__,
-        "kv_store_dtype": str(store).removeprefix("torch."),
-        "kv_quant_method": getattr(method, "name", "unquantized"),
-        "attention_backend": _backend_name(scheduler.tp_worker.model_runner.attn_backend),
-    }
+    return KVServing(
+        pool_class=type(pool).__name__,
+        store_dtype=str(store).removeprefix("torch."),
+        quant_method=getattr(method, "name", "unquantized"),
+        attention_backend=_backend_name(scheduler.tp_worker.model_runner.attn_backend),
+    )
 
 
 def _backend_name(backend: Any) -> str:
@@ -101,25 +108,34 @@ def _backend_name(backend: Any) -> str:
 
 
 def _add_report(result: Any, controller: Any = None, *_args: Any, **_kwargs: Any) -> Any:
-    """AFTER hook: append our report to the scheduler's internal state."""
+    """AFTER hook: append our report (``to_wire``) to the scheduler's internal state."""
     state = getattr(result, "internal_state", None)
     if isinstance(state, dict):
         report = plugin_report()
         scheduler = getattr(controller, "scheduler", None)
         if scheduler is not None:
             try:  # a report must never take the scheduler down
-                from runtime_ext.admission.sglang_adder import admission_report
-                from runtime_ext.census import census
-
-                report["kv_pool"], report["kv_census"] = pool_report(scheduler), census(scheduler)
-                report["admission"] = admission_report(scheduler, _STATE.admission)
-                report["dp_rank"] = _dp_rank()
-                report.update(kv_serving_report(scheduler))
-                report["kv_cache"] = report["kv_quant_method"]  # the pool's method, not the configured name
+                report = _with_scheduler(report, scheduler)
             except Exception as exc:  # noqa: BLE001
-                report["error"] = f"{type(exc).__name__}: {exc}"
-        state[INTERNAL_STATE_KEY] = report
+                report = replace(report, error=f"{type(exc).__name__}: {exc}")
+        state[INTERNAL_STATE_KEY] = report.to_wire()
     return result
+
+
+def _with_scheduler(report: SchedulerReport, scheduler: Any) -> SchedulerReport:
+    """``report`` with what the scheduler's live objects say: its pool, census, admission, rank and
+    what serves K/V (``kv_cache`` becomes the pool's method, not the configured name)."""
+    from runtime_ext.admission.sglang_adder import admission_report
+    from runtime_ext.census import census
+
+    sections = {
+        **report.sections,
+        "kv_pool": pool_report(scheduler),
+        "kv_census": census(scheduler),
+        "admission": admission_report(scheduler, _STATE.admission),
+    }
+    serving = kv_serving_report(scheduler)
+    return replace(report, sections=sections, dp_rank=_dp_rank(), serving=serving, kv_cache=serving.quant_method)
 
 
 def _dp_rank() -> int:

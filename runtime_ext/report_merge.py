@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from runtime_ext.report import SchedulerReport
+
 # Numbers that describe a scheduler or its model copy, not a quantity the replica adds up.
 FIRST = frozenset(
     {
@@ -26,6 +28,13 @@ FIRST = frozenset(
     }
 )
 MEAN = frozenset({"rate", "outlier_rate"})  # shares of each scheduler's own traffic
+
+
+def merged(reports: list[SchedulerReport]) -> SchedulerReport | None:
+    """The replica's record from the ranks' records (rank order), merged on their wire form."""
+    if not reports:
+        return None
+    return SchedulerReport.from_wire(merge_reports([report.to_wire() for report in reports]))
 
 
 def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:

@@ -26,6 +26,7 @@ twin.require()
 
 from runtime_ext.kv_cache.sizing import KV_MODES  # noqa: E402
 from runtime_ext.plugin import _STATE, kv_serving_report  # noqa: E402
+from runtime_ext.report import KVServing  # noqa: E402
 from tests.npu_twin.c8_reference import reference_read, write_calibration  # noqa: E402
 from tests.npu_twin.sglang_npu import (  # noqa: E402
     attention_backend,
@@ -170,11 +171,11 @@ def test_report_reads_the_live_objects_not_the_configuration(model_dir, kv_state
             model_runner=types.SimpleNamespace(attn_backend=attention_backend(args, configurator, pools))
         ),
     )
-    assert kv_serving_report(scheduler) == {
-        "kv_pool_class": "NPUMHATokenToKVPool",
-        "kv_store_dtype": "int8",
-        "kv_quant_method": "unquantized",
-        "attention_backend": "AscendAttnBackend",
-    }
+    assert kv_serving_report(scheduler) == KVServing(
+        pool_class="NPUMHATokenToKVPool",
+        store_dtype="int8",
+        quant_method="unquantized",
+        attention_backend="AscendAttnBackend",
+    )
     values = _values()
     assert torch.equal(_store_and_read(pool, values), values.to(torch.int8))  # 0.37 -> 0, 2.87 -> 2: truncated
