@@ -21,9 +21,12 @@ from runtime_ext.kv_cache import fault as kv_fault
 from runtime_ext.report import INTERNAL_STATE_KEY, SchedulerReport
 from service.engine_args import EngineOptions, prepare_process_env
 from service.engine_signals import DEATH, EngineDeath, signal_handler_class, unavailable
-from service.errors import EngineError, InvalidRequestError, NumericalFaultError, ServiceError
+from service.errors import EngineError, InvalidRequestError, NumericalFaultError, PDLinkDownError, ServiceError
 from service.token_text import TokenTexts
 from service.types import EngineDelta, EngineOutput, GenerationPlan, TokenLogprob
+
+# SGLang's decode-side failure text when it lost the prefill (its heartbeat, or runtime_ext.pd.link_down)
+PD_LINK_LOST = "Lost connection with prefill instance"
 
 log = logging.getLogger(__name__)
 
@@ -214,6 +217,8 @@ def _sampling_params(plan: GenerationPlan) -> dict[str, Any]:
         params["stop_token_ids"] = list(s.stop_token_ids)
     if s.seed is not None:
         params["sampling_seed"] = s.seed
+    if not s.skip_special_tokens:  # the formats' markers are special tokens: the parsers need them
+        params["skip_special_tokens"] = False
     if plan.constraint is not None:
         params[plan.constraint.kind] = plan.constraint.value
     return params
@@ -260,6 +265,8 @@ def _abort_error(message: str, status: int | None, plan: GenerationPlan) -> Serv
         return NumericalFaultError(message.removeprefix(kv_fault.PREFIX).strip())
     if message.startswith(DEATH):
         return unavailable(message.removeprefix(DEATH))
+    if PD_LINK_LOST in message:
+        return PDLinkDownError(f"the prefill replica of this request is unreachable: {message}")
     if not _GRAMMAR_FAILURE.search(message):
         if status == 400:
             return InvalidRequestError(f"the engine rejected the request: {message}")

@@ -95,6 +95,16 @@ class NumericalFaultError(ServiceError):
     code = "non_finite_activations"
 
 
+class PDLinkDownError(ServiceError):
+    """Prefill/decode disaggregation: the prefill replica this request's KV was coming from is
+    unreachable (its port refuses connections, or SGLang's heartbeat lost it). The request
+    ended at once and its KV pages are freed; a retry needs another prefill replica."""
+
+    status = 502
+    type = "server_error"
+    code = "pd_link_down"
+
+
 class SchemaResampleError(ServiceError):
     """A schema whose grammar is looser than the schema: no generated output validated within
     ``grammar.resample_attempts`` retries (422: never returned as if valid; see

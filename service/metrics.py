@@ -189,6 +189,16 @@ KV_PAGES = Gauge(
 )
 
 
+PD_LINK = Gauge(
+    "structserve_pd_link",
+    "Prefill/decode disaggregation, decode side, since start: link_down_events (prefills proven down by "
+    "refused connections), requests_failed_fast (ended by them), pages_reclaimed (freed without SGLang's "
+    "deferred-release hold)",
+    ["stat"],
+    registry=REGISTRY,
+)
+
+
 class SchedulerQueueTime:
     """Collector: the scheduler's queue-time histogram (queue entry to first admission) as the
     plugin last reported it from the scheduler process."""

@@ -66,6 +66,8 @@ def _plugin_gauges(report: SchedulerReport) -> None:
         m.QUANT_MATMULS.labels(path=path).set(quant.get(f"{path}_calls", 0))
     _quant_monitor(quant.get("monitor"))
     _admission(report.section("admission"))
+    for stat, value in report.section("pd").items():
+        m.PD_LINK.labels(stat=stat).set(value)
     prefix = report.section("prefix_cache")
     if prefix.get("backend"):
         for stat in ("hit_tokens", "miss_tokens", "abandoned_pages", "evicted_tokens", "draft_dropped_pages"):
