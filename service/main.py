@@ -22,6 +22,7 @@ from service.engine import SGLangEngine
 from service.grammar_gate import GrammarService
 from service.limits import Admission, KeyRing, TokenBucket, load_keys
 from service.logs import restore_logging
+from service.output_text import output_text, special_tokens_of
 from service.pipeline.chat import ChatPipeline
 from service.settings import Settings
 from service.startup import ModelInfo, prepare_engine
@@ -95,7 +96,8 @@ def _formats(settings: Settings, template: HFChatTemplate) -> tuple[ModelFormats
         template.renders_tools,
         fmt.name if fmt else "none",
     )
-    return ModelFormats(tools, setup), policy
+    special = special_tokens_of(template.tokenizer.added_tokens_decoder.values())
+    return ModelFormats(tools, setup, output_text(special, tools, fmt)), policy
 
 
 def create_app(settings: Settings, model_dir: Path, served_model_name: str) -> FastAPI:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from runtime_ext.formats import ReasoningFormat, ToolFormat
+from service.output_text import OutputText
 from service.protocol.openai import CustomToolCall, DeltaToolCall, SchemaValidation, ToolCall
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -111,6 +112,7 @@ class SamplingOptions:
     top_k: int = -1  # -1: all tokens
     min_p: float = 0.0
     repetition_penalty: float = 1.0
+    skip_special_tokens: bool = True  # false: the formats' markers are special tokens (service.output_text)
 
 
 @dataclass(frozen=True)
@@ -130,10 +132,10 @@ class DecodeConstraint:
     value: str
     validate_schema: dict[str, Any] | bool | None = None  # post-validation (the original schema)
     loosened: tuple[str, ...] = ()  # "keyword at /pointer" dropped from the grammar
+    ignored: tuple[str, ...] = ()  # "keyword at /pointer": unknown keywords (annotations), ignored
     # the gate loosened it on its own (not the client's allow_schema_loosening): an output that
     # still fails validation after resampling is an error, never returned (pipeline/resample.py)
     must_validate: bool = False
-    ignored: tuple[str, ...] = ()  # "keyword at /pointer": unknown keywords (annotations), ignored
     param: str | None = None  # the request field it came from, for error messages
     # (request field, canonical JSON schema) of each schema inside a combined grammar, to
     # name the culprit when the whole fails to compile
@@ -174,6 +176,7 @@ class ModelFormats:
 
     tools: ToolFormat | None = None
     reasoning: ReasoningSetup | None = None
+    output: OutputText = OutputText()  # special tokens kept / stripped, content framed by headers
 
 
 @dataclass(frozen=True)
@@ -210,9 +213,6 @@ class ValidatedRequest:
     logprobs: int | None = None  # None: no logprobs; k: the sampled token's and the top k
     prompt_param: str = "messages"  # the field that holds the prompt, for error messages
     echo: bool = False  # completions: the prompt is part of the output (with its logprobs)
-
-
-@dataclass(frozen=True)
     bootstrap: Bootstrap | None = None  # PD mode: the transfer this request is one side of
 
 
@@ -224,6 +224,9 @@ class Bootstrap:
     host: str
     port: int
     room: int
+
+
+@dataclass(frozen=True)
 class PromptIds:
     """The rendered prompt (prompt stage)."""
 
@@ -255,10 +258,10 @@ class GenerationPlan:
     reasoning: ReasoningPlan | None = None
     logprobs: int | None = None  # None: none; k: the sampled token's logprob and the top k
     prompt_logprobs: bool = False  # also the prompt tokens' (the first has none)
+    bootstrap: Bootstrap | None = None  # PD mode: the prefill/decode transfer (one engine request)
 
 
 @dataclass(frozen=True)
-    bootstrap: Bootstrap | None = None  # PD mode: the prefill/decode transfer (one engine request)
 class TokenLogprob:
     """One generated token's logprob (and the top alternatives at its position), as the
     engine computed it: after the grammar mask and temperature (docs/api.md)."""
@@ -317,10 +320,10 @@ class ServingLimits:
     reasoning: ReasoningPolicy | None = None  # None: the model has no reasoning format
     vocab_size: int | None = None  # prompt token ids must be below it
     kv_pool: tuple[int, int] | None = None  # the KV pool's (tokens, page size), when known
+    disaggregation: str | None = None  # "prefill" | "decode": one side of PD (requests carry bootstrap_*)
 
 
 @dataclass(frozen=True)
-    disaggregation: str | None = None  # "prefill" | "decode": one side of PD (requests carry bootstrap_*)
 class ReasoningPolicy:
     """What the server allows for reasoning (from config and the model's format)."""
 

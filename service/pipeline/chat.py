@@ -95,6 +95,7 @@ class ChatPipeline:
             chat.request.tools,
             setup.fmt if setup is not None else None,
             logprobs=chat.request.logprobs is not None,
+            text=self.formats.output,
         )
 
     async def finished(self, chat: PreparedChat) -> list[FinishedChoice]:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from grammars.lark import InputStream
 from runtime_ext.formats import ReasoningFormat
 from runtime_ext.parsers import ParseEvent, ReasoningEvent, ReasoningParser, ToolCallParser
+from service.output_text import OutputText
 from service.pipeline.output_validation import validate_calls, validate_output, with_ignored
 from service.protocol.openai import (
     CustomCall,
@@ -59,6 +60,14 @@ class _Call:
         return DeltaToolCall(index=index, custom=DeltaCustom(input=text)) if text else None
 
 
+def _content_parser(text: OutputText, custom: bool) -> ToolCallParser | None:
+    """Without tools, content framed by message headers (Harmony's ``<|channel|>final<|message|>``)
+    still goes through its format's parser, which knows no tool and drops the headers."""
+    if text.content_format is None or custom:
+        return None
+    return ToolCallParser(text.content_format, (), {})
+
+
 class ChoiceOutput:
     """One choice's parsers and what it produced so far. ``take`` is the stage's entry;
     ``feed`` (answer text) and ``finish`` are its steps, public for tests of the parsing."""
@@ -69,7 +78,9 @@ class ChoiceOutput:
         tools: ToolRequest | None,
         reasoning: ReasoningFormat | None = None,
         logprobs: bool = False,
+        text: OutputText = OutputText(),
     ):
+        self.text = text  # the special tokens stripped from the engine's text, the format framing content
         self.constraint = constraint
         self.logprobs: list[TokenLogprob] | None = [] if logprobs else None
         self.thinking = ReasoningParser(reasoning, in_reasoning=True) if reasoning is not None else None
@@ -78,7 +89,7 @@ class ChoiceOutput:
         self.parser = (
             ToolCallParser(self.tools.format, self.tools.allowed, {t.name: t.parameters for t in self.tools.tools})
             if self.tools is not None
-            else None
+            else _content_parser(text, self.custom is not None)
         )
         self.content: list[str] = []
         self.calls: dict[int, _Call] = {}
@@ -86,7 +97,7 @@ class ChoiceOutput:
     def take(self, piece: Piece) -> ChoiceStep:
         """Route a piece by its phase; the last piece (finish reason set) also finishes the
         choice: its events are the piece's, then what the parsers held back."""
-        text, reason = piece.delta.text, piece.delta.finish_reason
+        text, reason = self.text.clean(piece.delta.text), piece.delta.finish_reason
         feed = self._feed_reasoning if piece.phase == "reasoning" else self.feed
         events = (feed(text),) if text else ()
         if self.logprobs is not None and piece.phase == "answer" and piece.delta.logprobs:

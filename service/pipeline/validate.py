@@ -6,6 +6,8 @@ It also resolves what the later stages need from the served model: the tool-call
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from service.errors import InvalidRequestError, ModelNotFoundError, UnsupportedParameterError
 from service.pipeline.validate_bootstrap import bootstrap_of
 from service.pipeline.validate_output import output_spec
@@ -41,7 +43,7 @@ def validate_request(
     return ValidatedRequest(
         model=req.model,
         messages=_messages(req.messages),
-        sampling=_sampling(req),
+        sampling=replace(_sampling(req), skip_special_tokens=not formats.output.keep_special),
         max_tokens=max_tokens,
         max_tokens_param=param,
         n=_n(req.n, limits.max_n),
