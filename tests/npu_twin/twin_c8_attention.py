@@ -28,6 +28,7 @@ from tests.npu_twin import twin
 
 twin.require()
 
+from runtime_ext.kv_cache import support  # noqa: E402
 from runtime_ext.kv_cache.sizing import KV_MODES  # noqa: E402
 from runtime_ext.plugin import _STATE  # noqa: E402
 from tests.npu_twin import c8_reference as ref  # noqa: E402
@@ -40,6 +41,7 @@ from tests.npu_twin.sglang_npu import (  # noqa: E402
     write_model,
 )
 
+SERVED_ON_NPU = support.SERVED["npu"]
 PAGE = 128  # the PREFIX_ENCODER kernel's block size (attention_ops.py); SGLang's NPU default page size
 SYNC_FREE = ("c8_dynamic", "c8_static")
 # (request pool index, prefix tokens taken from request 0, new tokens, first page of the new tokens)
@@ -57,6 +59,8 @@ def plugin_loaded(tmp_path_factory):
     calibration = ref.write_calibration(tmp_path_factory.mktemp("calib") / "kv.json", samples)
     with pytest.MonkeyPatch.context() as env:
         env.setenv("STRUCTSERVE_KV_CALIBRATION", str(calibration))
+        # C8-S + residual's pool runs here eagerly (no graph capture); a served build refuses it
+        env.setitem(support.SERVED, "npu", tuple(KV_MODES))
         yield
 
 
@@ -217,3 +221,12 @@ def test_the_twin_counts_a_sync_on_an_npu_tensor_only():
         bool((on_npu + 1).any())  # computed from an npu tensor: still on the npu
         on_npu.tolist()
     assert seen == ["__bool__", "tolist"]
+
+
+def test_c8_static_residual_is_refused_by_the_scheduler_on_ascend(monkeypatch):
+    """Its host syncs cannot be held by SGLang's NPU graph capture: refused naming the setting."""
+    monkeypatch.setitem(support.SERVED, "npu", SERVED_ON_NPU)
+    model = write_model(ref.Path(os.environ["STRUCTSERVE_KV_CALIBRATION"]).parent / "model")
+    args = resolved_args(engine_options(model, kv_cache="c8_static_residual", page_size=PAGE))
+    with pytest.raises(ValueError, match="kv_cache: c8_static_residual is not supported on device: npu yet: .*graph"):
+        build_pools(args)

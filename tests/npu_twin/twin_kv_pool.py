@@ -24,6 +24,7 @@ from tests.npu_twin import twin
 
 twin.require()
 
+from runtime_ext.kv_cache import support  # noqa: E402
 from runtime_ext.kv_cache.sizing import KV_MODES  # noqa: E402
 from runtime_ext.plugin import _STATE, kv_serving_report  # noqa: E402
 from runtime_ext.report import KVServing  # noqa: E402
@@ -56,6 +57,7 @@ def plugin_loaded(tmp_path_factory):
     path = write_calibration(tmp_path_factory.mktemp("calib") / "kv.json", [_values()])
     with pytest.MonkeyPatch.context() as env:
         env.setenv("STRUCTSERVE_KV_CALIBRATION", str(path))
+        env.setitem(support.SERVED, "npu", KV_MODES)  # C8-S + residual's pool too (refused when served)
         yield
 
 

@@ -1,7 +1,7 @@
-"""``kv_cache`` modes on ``engine.device: npu``: every mode wired into SGLang's NPU pool loads (C8 through
-runtime_ext's C8NPUMHATokenToKVPool; tests/npu_twin/twin_c8_attention.py runs it), and a mode that is
-not wired (``runtime_ext/kv_cache/support.py`` SERVED) is a startup error naming the setting, never a
-silent fallback to another KV format."""
+"""``kv_cache`` modes on ``engine.device: npu``: every mode wired into SGLang's NPU pool loads (C8-D and
+C8-S through runtime_ext's C8NPUMHATokenToKVPool; tests/npu_twin/twin_c8_attention.py runs it), and a
+mode that is not (``runtime_ext/kv_cache/support.py`` SERVED: C8-S + residual, whose host syncs NPU graph
+capture cannot hold) is a startup error naming the setting, never a silent fallback to another KV format."""
 
 from __future__ import annotations
 
@@ -43,7 +43,17 @@ def test_a_mode_not_wired_from_the_environment_is_refused(npu_serves_bf16_only, 
         load_settings()
 
 
-@pytest.mark.parametrize(("device", "mode"), [(d, m) for d in ("npu", "cpu") for m in KV_MODES])
+def test_c8_static_residual_on_npu_is_refused_naming_the_setting_and_why() -> None:
+    with pytest.raises(ValidationError) as err:
+        load_settings(kv_cache="c8_static_residual", engine={"device": "npu"})
+    assert "kv_cache: c8_static_residual is not supported on device: npu yet" in str(err.value)
+    assert "graph capture" in str(err.value) and "kv_cache: bf16 or c8_dynamic or c8_static" in str(err.value)
+
+
+SERVED = [("npu", "bf16"), ("npu", "c8_dynamic"), ("npu", "c8_static")] + [("cpu", m) for m in KV_MODES]
+
+
+@pytest.mark.parametrize(("device", "mode"), SERVED)
 def test_served_combinations_load(device: str, mode: str) -> None:
     settings = load_settings(kv_cache=mode, engine={"device": device})
     assert (settings.engine.device, settings.kv_cache) == (device, mode)
