@@ -26,7 +26,10 @@ LOST: dict[str, tuple[dict[str, Any], str]] = {
     "if/then": ({"if": I, "then": {"type": "integer", "minimum": 3}}, "1"),
     "uniqueItems": ({"type": "array", "items": I, "uniqueItems": True}, "[1, 1]"),
     "contains": ({"type": "array", "items": {}, "contains": I}, '["a"]'),
-    "dependentRequired": ({"type": "object", "properties": OBJ_AB, "dependentRequired": {"a": ["b"]}}, '{"a": 1}'),
+    "dependentRequired": (
+        {"type": "object", "properties": OBJ_AB, "additionalProperties": True, "dependentRequired": {"a": ["b"]}},
+        '{"a": 1}',
+    ),
     "dependentSchemas": (
         {"type": "object", "properties": OBJ_AB, "dependentSchemas": {"a": {"required": ["b"]}}},
         '{"a": 1}',
