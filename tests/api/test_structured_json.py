@@ -222,7 +222,7 @@ def test_unknown_keywords_are_annotations_named_on_the_choice_and_counted(qwen_s
         "required": ["ok"],
         "additionalProperties": False,
     }
-    resp = _post(qwen_server, response_format=_fmt(schema), max_tokens=32, temperature=1.0, seed=1)
+    resp = _post(qwen_server, response_format=_fmt(schema), max_tokens=64, temperature=1.0, seed=1)
     assert resp.status_code == 200, resp.text
     choice = resp.json()["choices"][0]
     assert choice["finish_reason"] == "stop", choice
