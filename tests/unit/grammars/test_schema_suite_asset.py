@@ -22,7 +22,7 @@ def test_pin() -> None:
     assert JSONSCHEMA_SDIST.spec == "jsonschema==4.26.0"
     assert re.fullmatch(r"[0-9a-f]{64}", JSONSCHEMA_SDIST.sha256)
     assert JSONSCHEMA_SDIST.filename.endswith(".tar.gz") and JSONSCHEMA_SDIST.size == 366_583
-    assert TEST_ARTIFACTS == {"jsonschema-sdist": JSONSCHEMA_SDIST}
+    assert TEST_ARTIFACTS["jsonschema-sdist"] == JSONSCHEMA_SDIST
     assert JSONSCHEMA_SDIST.key not in ARTIFACTS  # never part of fetch()
     assert "schema-suite" not in assets.ASSET_NAMES
 

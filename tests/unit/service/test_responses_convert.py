@@ -280,7 +280,7 @@ LIMITS = ServingLimits(
 FORMATS = ModelFormats(
     tools=get_format("qwen"), reasoning=ReasoningSetup(QWEN3, end_id=1, forced_ids=(2,), separator_ids=(3,))
 )
-NOT_ENFORCEABLE = {"type": "object", "properties": {"a": {"not": {"type": "string"}}}}
+NOT_ENFORCEABLE = {"type": "object", "properties": {"a": {"type": "array", "uniqueItems": True}}}
 
 
 @pytest.mark.parametrize(
