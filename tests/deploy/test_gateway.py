@@ -1,10 +1,10 @@
 """Two structserve replicas behind SGLang's model gateway (smg, cache-aware policy), processes on
 loopback: replica A runs ``engine.dp_size: 2`` with the plugin's combined prefix cache, budget
 admission and C8 KV (both schedulers report), replica B the defaults. Through the gateway with the
-official openai client: chat, stream, tools, json_schema; same-prefix requests stick to one
-replica (each replica's /metrics) and hit its prefix cache; both replicas keep stored responses in
-one real redis-server, so a chain of previous_response_id follow-ups succeeds wherever each lands,
-and Redis going away is a 503 for stored responses only; a replica drained with SIGTERM finishes
+official openai client: chat, stream, tools, json_schema, and the anthropic client on /v1/messages;
+same-prefix requests stick to one replica (each replica's /metrics) and hit its prefix cache; both
+replicas keep stored responses in one real redis-server, so a chain of previous_response_id
+follow-ups succeeds wherever each lands, and Redis going away is a 503 for stored responses only; a replica drained with SIGTERM finishes
 its in-flight request and the gateway sends the rest to the other."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import anthropic
 import openai
 import pytest
 
@@ -144,6 +145,29 @@ def test_openai_client_through_the_gateway(fleet) -> None:
     )
     assert out.choices[0].finish_reason == "stop", out
     assert isinstance(json.loads(out.choices[0].message.content)["n"], str)
+
+
+def test_anthropic_client_through_the_gateway(fleet) -> None:
+    """/v1/messages and /v1/messages/count_tokens pass through smg to a structserve worker: the
+    anthropic SDK's message, its stream accumulated into a message of the same prompt, and the count
+    (the replicas differ in KV format, so greedy text is compared in tests/api/test_messages.py)."""
+    replicas, gateway = fleet
+    api = anthropic.Anthropic(base_url=gateway.url, api_key="unused", max_retries=0, timeout=300)
+    body = {
+        "model": replicas["b"].model_name,
+        "max_tokens": 8,
+        "extra_body": {"temperature": 0.0},  # the SDK (2.x) no longer declares it; the API takes it
+        "messages": [{"role": "user", "content": "Name a colour."}],
+    }
+    message = api.messages.create(**body)
+    assert message.type == "message" and message.role == "assistant"
+    assert message.stop_reason in ("end_turn", "max_tokens") and 1 <= message.usage.output_tokens <= 8
+    with api.messages.stream(**body) as stream:
+        streamed = stream.get_final_message()
+    assert streamed.usage.input_tokens == message.usage.input_tokens and streamed.content[0].type == "text"
+    assert streamed.stop_reason in ("end_turn", "max_tokens") and 1 <= streamed.usage.output_tokens <= 8
+    count = api.messages.count_tokens(model=body["model"], messages=body["messages"])
+    assert count.input_tokens == message.usage.input_tokens
 
 
 def test_same_prefix_sticks_to_one_replica_and_hits_its_cache(fleet) -> None:
