@@ -32,8 +32,9 @@ def bootstrap_of(req: HasBootstrap, mode: str | None, n: int) -> Bootstrap | Non
                 param=given[0],
             )
         return None
-    missing = [name for name in FIELDS if name not in given]
-    if missing:
+    host, port, room = req.bootstrap_host, req.bootstrap_port, req.bootstrap_room
+    if host is None or port is None or room is None:
+        missing = [name for name in FIELDS if name not in given]
         raise InvalidRequestError(
             f"this server is the {mode} side of prefill/decode disaggregation: every request needs "
             f"{', '.join(FIELDS)} (send it through the PD gateway); missing '{missing[0]}'",
@@ -43,5 +44,4 @@ def bootstrap_of(req: HasBootstrap, mode: str | None, n: int) -> Bootstrap | Non
         raise UnsupportedParameterError(
             f"'n' must be 1 on a {mode} replica (one prefill/decode transfer per request), got {n}", param="n"
         )
-    assert req.bootstrap_host is not None and req.bootstrap_port is not None and req.bootstrap_room is not None
-    return Bootstrap(host=req.bootstrap_host, port=req.bootstrap_port, room=req.bootstrap_room)
+    return Bootstrap(host=host, port=port, room=room)
