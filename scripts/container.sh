@@ -35,6 +35,24 @@ ensure_base() {
   rm -rf "$rootfs"
 }
 
+# A build needs about 25 GB free (the dependency layer is ~7 GB, held twice while podman commits
+# it). Reclaimed first: what an interrupted build left in /var/tmp, untagged images of earlier
+# builds and, when space is still short, every cached layer but the Debian base (the build then
+# starts over: ~11 minutes).
+NEED_GB=25
+reclaim() {
+  if ! pgrep -x podman >/dev/null && ! pgrep -x buildah >/dev/null; then
+    find /var/tmp -maxdepth 1 \( -name 'buildah[0-9]*' -o -name 'storage[0-9]*' \) -exec rm -rf {} +
+  fi
+  podman image prune -f >/dev/null || true
+  local free; free="$(df --output=avail -BG /var/lib/containers 2>/dev/null | tail -1 | tr -dc 0-9)"
+  if [ -n "$free" ] && [ "$free" -lt "$NEED_GB" ]; then
+    log "${free} GB free (< ${NEED_GB}): removing the cached layers of earlier builds"
+    podman images -a --format '{{.ID}} {{.Repository}}:{{.Tag}}' | awk -v base="$BASE" '$2 != base {print $1}' \
+      | xargs -r podman rmi -f >/dev/null 2>&1 || true
+  fi
+}
+
 build() {
   local tag="${1:-localhost/structserve:cpu}" args=() ca
   ca="$(python3 -c 'import ssl; print(ssl.get_default_verify_paths().cafile or "")' 2>/dev/null || true)"
@@ -71,7 +89,7 @@ gateway() {
 
 cmd="${1:-build}"; shift || true
 case "$cmd" in
-  build) ensure_tools; ensure_base; build "$@" ;;
+  build) ensure_tools; ensure_base; reclaim; build "$@" ;;
   run) run "$@" ;;
   gateway) gateway "$@" ;;
   *) echo "usage: $0 build [TAG] | run NAME PORT [podman run options] | gateway NAME PORT URL..." >&2; exit 2 ;;

@@ -71,6 +71,12 @@ class PDTopology:
             raise
         return topo
 
+    def log_tails(self, n: int = 25) -> list[tuple[str, str]]:
+        tails = [("prefill", self.prefill.log_tail(n)), ("decode", self.decode.log_tail(n))]
+        if self.gateway is not None:
+            tails.append(("gateway", "\n".join(self.gateway.log.read_text(errors="replace").splitlines()[-n:])))
+        return tails
+
     def stop(self) -> None:
         if self.gateway is not None:
             self.gateway.stop()
