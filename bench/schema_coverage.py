@@ -1,15 +1,15 @@
 """Real-world schema coverage, model-free: JSONSchemaBench's MaskBench schemas through
-structserve's grammar gate, beside llguidance alone and xgrammar alone.
+structserve's grammar check, beside llguidance alone and xgrammar alone.
 
-For each schema and library: served or refused (and why), which library the gate routed it to,
+For each schema and library: served or refused (and why), which library the grammar check routed it to,
 compile time (the worker's CPU time for policy + translation + grammar build for the tokenizer, so
 a busy machine does not inflate it), and MaskBench's labelled
 instances walked token by token through the real matcher of the served grammar (SmolLM2's
 tokenizer by default): valid instances refused, invalid instances accepted. A refused schema's
 instances are not counted (nothing would be generated).
 
-Each (schema, library) runs in one worker process with the gate's CPU-time budget
-(``grammars.compile.worker_clock``): a compile past ``--timeout`` is a refusal (the gate's 400),
+Each (schema, library) runs in one worker process with the grammar check's CPU-time budget
+(``grammars.compile.worker_clock``): a compile past ``--timeout`` is a refusal (the grammar check's 400),
 and the worker is replaced. The data is not shipped: pass MaskBench's ``data`` folder
 (``maskbench/data`` of a JSONSchemaBench checkout) with ``--data``.
 
@@ -197,12 +197,12 @@ def plot(results: dict[tuple[str, str], Tally], libraries: list[str], path: Path
 def report(outcomes: list[Outcome], libraries: list[str], console: Console) -> dict[tuple[str, str], Tally]:
     results = tally(outcomes)
     console.print(table(results, "MaskBench schemas: served, compile time, instances through the real matcher"))
-    gate = results.get((ALL, "structserve"))
-    if gate is not None:
+    check = results.get((ALL, "structserve"))
+    if check is not None:
         console.print(
             "[bold]structserve refusals: schemas per reason (a schema counts under each of its keywords)[/bold]"
         )
-        for reason, count in gate.reasons.most_common(15):
+        for reason, count in check.reasons.most_common(15):
             console.print(f"  {count:5d}  {reason}")
     for outcome in outcomes:
         if outcome.library == "structserve" and outcome.examples:
@@ -216,7 +216,9 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="at most N schemas per subset (stable sample)")
     parser.add_argument("--subsets", nargs="+", default=None, help="only these subsets (e.g. Kubernetes)")
     parser.add_argument("--libraries", nargs="+", choices=LIBRARIES, default=list(LIBRARIES))
-    parser.add_argument("--timeout", type=float, default=10.0, help="compile budget per schema, s (the gate's)")
+    parser.add_argument(
+        "--timeout", type=float, default=10.0, help="compile budget per schema, s (the grammar check's)"
+    )
     parser.add_argument("--model", type=Path, default=None, help="tokenizer/model dir (default: SmolLM2)")
     parser.add_argument("--png", type=Path, default=ROOT / "docs" / "img" / "schema_coverage.png")
     parser.add_argument("--jsonl", type=Path, default=None, help="also write every outcome here, as it comes")

@@ -1,10 +1,10 @@
 """The three ways ``bench/schema_coverage.py`` serves a MaskBench schema, run in its worker
-process: structserve's gate, llguidance alone, xgrammar alone, each compiled for a real
+process: structserve's grammar check, llguidance alone, xgrammar alone, each compiled for a real
 tokenizer and its instances walked token by token through the real matcher.
 
-``gate_decision`` is the one place that says what the service does with a schema; it calls the
+``service_decision`` is the one place that says what the service does with a schema; it calls the
 public APIs of ``grammars.json_schema`` (the policy) and ``grammars.compile`` (the llguidance
-route and the xgrammar compile), in the order ``service/grammar_gate.py`` runs them.
+route and the xgrammar compile), in the order ``service/grammar_check.py`` runs them.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class Served:
 
 
 class Refused(Exception):
-    """The library (or the gate) does not serve the schema; the message says why."""
+    """The library (or the grammar check) does not serve the schema; the message says why."""
 
 
 class Libraries:
@@ -55,19 +55,19 @@ class Libraries:
     def build(self, library: str, schema: Any) -> Served:
         """Compile ``schema`` as ``library`` would serve it; raises ``Refused``."""
         if library == "structserve":
-            return self.gate_decision(schema)
+            return self.service_decision(schema)
         if library == "llguidance":
             return Served("llguidance", self._ll_json(schema), schema)
         return Served("xgrammar", self._xgrammar(json.dumps(schema), strict=False), schema)
 
-    def gate_decision(self, schema: Any) -> Served:
-        """The service's gate (``grammars.compile.schema_verdict``: the policy, then llguidance
+    def service_decision(self, schema: Any) -> Served:
+        """The service's grammar check (``grammars.compile.schema_verdict``: the policy, then llguidance
         when it takes the canonical schema exactly, else xgrammar), with xgrammar compiled here
-        as the gate's worker compiles it: a warning (a dropped constraint) or a grammar with no
+        as the grammar check's worker compiles it: a warning (a dropped constraint) or a grammar with no
         first token is a refusal."""
         try:
             verdict = schema_verdict(schema, router=self.router)
-        except Exception:  # noqa: BLE001 - llguidance failing to check: xgrammar serves it, as in the gate
+        except Exception:  # noqa: BLE001 - llguidance failing to check: xgrammar serves it, as in the grammar check
             verdict = schema_verdict(schema)
         if not verdict.served or verdict.checked is None:
             raise Refused(_refusal(verdict.reason or "", verdict.code))
@@ -144,7 +144,7 @@ _NAMED = re.compile(r"`([^`]+)` at ([^:]*):")
 
 
 def _refusal(reason: str, code: str | None) -> str:
-    """The gate's 400; for unsupported keywords the list the tally groups by
+    """The grammar check's 400; for unsupported keywords the list the tally groups by
     (``schema_coverage_tally.reason_keys``): ``unsupported keywords: minProperties, uniqueItems``."""
     names = _NAMED.findall(reason) if code == "unsupported_schema_keyword" else []
     if not names:

@@ -40,7 +40,7 @@ class Case:
 class Outcome:
     """What one library did with one case.
 
-    ``route``: the library that served it (``llguidance``/``xgrammar``; the gate picks one), ""
+    ``route``: the library that served it (``llguidance``/``xgrammar``; the grammar check picks one), ""
     when refused. ``reason``: why it was refused ("" when served). ``valid_refused`` /
     ``invalid_accepted``: instances the served grammar's token matcher got wrong."""
 

@@ -19,7 +19,7 @@ from service.api.errors import install_error_handlers
 from service.api.gate import Gate, RequestContext
 from service.api.routes import chat, completions, health, messages, metrics, models, responses, tokenize
 from service.engine import SGLangEngine
-from service.grammar_gate import GrammarService
+from service.grammar_check import GrammarService
 from service.limits import Admission, KeyRing, TokenBucket, load_keys
 from service.logs import restore_logging
 from service.output_text import output_text, special_tokens_of

@@ -226,7 +226,7 @@ class GrammarFallbacks:
     """Collector: grammars routed to llguidance and served by xgrammar, by reason: ``build`` (the
     scheduler's llguidance backend could not be built), ``compile`` (the grammar did not compile
     in llguidance there), both as the plugin last reported them, and ``check`` (llguidance failed
-    in the service's grammar gate)."""
+    in the service's grammar check)."""
 
     REASONS = ("build", "compile", "check")
 

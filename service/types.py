@@ -1,8 +1,8 @@
 """Typed objects passed between the pipeline's stages, and the ports the pipeline is given
-(engine, chat template, grammar gate). Frozen: a stage never mutates its input.
+(engine, chat template, grammar check). Frozen: a stage never mutates its input.
 
 The one module every stage (``service/pipeline/``) and every adapter behind a port
-(``service/engine.py``, ``service/tokenizer.py``, ``service/grammar_gate.py``) imports;
+(``service/engine.py``, ``service/tokenizer.py``, ``service/grammar_check.py``) imports;
 it imports no stage.
 """
 
@@ -133,7 +133,7 @@ class DecodeConstraint:
     validate_schema: dict[str, Any] | bool | None = None  # post-validation (the original schema)
     loosened: tuple[str, ...] = ()  # "keyword at /pointer" dropped from the grammar
     ignored: tuple[str, ...] = ()  # "keyword at /pointer": unknown keywords (annotations), ignored
-    # the gate loosened it on its own (not the client's allow_schema_loosening): an output that
+    # the service loosened it on its own (not the client's allow_schema_loosening): an output that
     # still fails validation after resampling is an error, never returned (pipeline/resample.py)
     must_validate: bool = False
     param: str | None = None  # the request field it came from, for error messages

@@ -7,7 +7,7 @@ Importing this module patches ``llguidance`` (nothing of structserve):
   SGLang's ``GuidanceBackend`` (built by ``runtime_ext.grammar_route`` in the scheduler) cannot be
   built: every grammar routed to llguidance must fall back to xgrammar (reason ``build``);
 - ``LLMatcher.validate_grammar_with_warnings`` raises for a grammar that contains
-  ``CHECK_FAILS`` (e.g. as a property name): the service's grammar gate must fall back for that
+  ``CHECK_FAILS`` (e.g. as a property name): the service's grammar check must fall back for that
   one (reason ``check``); every other grammar is checked as usual.
 
 Run as ``python -m tests.broken_llguidance_serve serve ...``. The patch is applied when this is

@@ -4,7 +4,7 @@
 ``parameters``: the policy (``grammars.json_schema.check_schema``), then the llguidance route
 (``LarkRouter.route``: translation and llguidance's own validation, no tokenizer), and, for a
 schema llguidance does not take, the bounded xgrammar compile when a compiler is given. The
-coverage bench and the service's gate read the same verdict.
+coverage bench and the service's grammar check read the same verdict.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The JSON-Schema policy: which schemas are served exactly, and how outputs are validated.
 
-``check_schema`` is the gate (``policy.py``); ``keywords.py`` the keyword table;
+``check_schema`` is the policy (``policy.py``); ``keywords.py`` the keyword table;
 ``rules.py`` per-subschema rules; ``canonical.py`` subschema walks, JSON pointers,
 ``$ref`` following and canonical text; ``access.py`` typed reads; ``productive.py``
 subschemas no finite value completes; ``patterns.py`` client regexes on RE2;

@@ -13,7 +13,7 @@ from service.settings import Settings
 
 if TYPE_CHECKING:  # typing only: main.py builds these once the engine is loaded
     from service.engine import SGLangEngine
-    from service.grammar_gate import GrammarService
+    from service.grammar_check import GrammarService
     from service.limits import Admission
 
 

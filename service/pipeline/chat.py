@@ -1,6 +1,6 @@
 """The orchestrator: the only place the stage order is written; it only sequences.
 
-validate -> constraints -> prompt -> plan -> grammar gate -> generate -> choice -> response.
+validate -> constraints -> prompt -> plan -> grammar check -> generate -> choice -> OpenAI objects.
 ``prepare`` runs every check that can fail because of the request before any byte is
 sent, so a streamed request that is wrong still gets a plain 4xx, not a broken stream.
 """
@@ -18,10 +18,10 @@ from service.errors import EngineError
 from service.pipeline.choice import ChoiceOutput
 from service.pipeline.constraints import build_constraint
 from service.pipeline.generate import collect_choice, stream_choice
+from service.pipeline.openai_objects import ChunkFactory, completion, make_usage
 from service.pipeline.plan import make_plan
 from service.pipeline.prompt import build_prompt
 from service.pipeline.resample import collect_validated
-from service.pipeline.response import ChunkFactory, completion, make_usage
 from service.pipeline.validate import validate_request
 from service.protocol.openai import ChatCompletion, ChatCompletionChunk, ChatCompletionRequest
 from service.types import (
@@ -74,7 +74,7 @@ class ChatPipeline:
     async def plans(
         self, request: ValidatedRequest, prompts: Callable[[], Sequence[PromptIds]]
     ) -> list[GenerationPlan]:
-        """constraints -> ``prompts()`` -> one plan per prompt -> grammar gate: a validated request's
+        """constraints -> ``prompts()`` -> one plan per prompt -> grammar check: a validated request's
         plans (``/v1/completions`` brings its own prompts; chat renders one)."""
         constraint = build_constraint(request, self.default_loosening)
         plans = [make_plan(request, prompt, self.limits, constraint) for prompt in prompts()]

@@ -18,7 +18,7 @@ from grammars.lark import InputStream
 from runtime_ext.formats import ReasoningFormat
 from runtime_ext.parsers import ParseEvent, ReasoningEvent, ReasoningParser, ToolCallParser
 from service.output_text import OutputText
-from service.pipeline.output_validation import validate_calls, validate_output, with_ignored
+from service.pipeline.schema_validation import validate_calls, validate_output, with_ignored
 from service.protocol.openai import (
     CustomCall,
     CustomToolCall,

@@ -10,7 +10,7 @@ of ``n`` starts at ``seed + i``, so attempts never reuse another choice's seed, 
 request repeats exactly). Under greedy decoding (``temperature`` 0) a retry would repeat the
 same output, so none is made.
 
-After the budget: a constraint whose loosening the gate chose itself (``must_validate``) ends
+After the budget: a constraint whose loosening the service chose itself (``must_validate``) ends
 the request with ``SchemaResampleError`` (422: the output is never returned as if valid); a
 loosening the client asked for (``allow_schema_loosening``) returns the last output with
 ``schema_validation.valid: false``, as before. ``usage.schema_attempts`` counts the generations

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from service.errors import InvalidRequestError, ModelNotFoundError, UnsupportedParameterError
 from service.pipeline.validate_bootstrap import bootstrap_of
-from service.pipeline.validate_output import output_spec
+from service.pipeline.validate_output_spec import output_spec
 from service.pipeline.validate_reasoning import template_kwargs, validate_reasoning
 from service.pipeline.validate_tools import check_tool_results, tool_calls_of, validate_tools
 from service.protocol.completions import CompletionRequest

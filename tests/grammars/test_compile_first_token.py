@@ -27,7 +27,7 @@ def qwen3_dir() -> Path:
 
 
 def test_no_first_token_is_a_400_naming_the_field(qwen3_dir: Path) -> None:
-    from service.grammar_gate import GrammarService
+    from service.grammar_check import GrammarService
     from service.startup import ModelInfo
 
     service = GrammarService(qwen3_dir, ModelInfo.read(qwen3_dir).vocab, timeout_s=60.0, cache_size=8)

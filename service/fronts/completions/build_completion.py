@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from service import metrics
 from service.fronts.completions.convert_request import PreparedCompletion
 from service.pipeline.chat import ChatPipeline
-from service.pipeline.response import legacy_logprobs, make_usage, text_choice, text_completion
+from service.pipeline.openai_objects import legacy_logprobs, make_usage, text_choice, text_completion
 from service.protocol.completions import Completion, CompletionChoice
 from service.protocol.openai import Usage
 from service.types import EngineDelta, Piece

@@ -3,7 +3,7 @@
 
 ``validate_completion`` (no chat template, no tools or reasoning), then ``ChatPipeline.plans``
 with the prompts as given (``completion_prompts``: text or token ids): the same constraints,
-plan and grammar gate as chat. Errors name the completions field itself (no field map: the
+plan and grammar check as chat. Errors name the completions field itself (no field map: the
 validation reads this request's own fields).
 """
 

@@ -14,10 +14,10 @@ import pytest
 
 PIPELINE = Path(__file__).resolve().parents[3] / "service" / "pipeline"
 PRIVATE_HELPERS = {
-    "validate": {"validate_tools", "validate_reasoning", "validate_output", "validate_bootstrap"},
-    "choice": {"output_validation"},
+    "validate": {"validate_tools", "validate_reasoning", "validate_output_spec", "validate_bootstrap"},
+    "choice": {"schema_validation"},
 }
-STAGES = ("validate", "constraints", "prompt", "plan", "generate", "choice", "resample", "response")
+STAGES = ("validate", "constraints", "prompt", "plan", "generate", "choice", "resample", "openai_objects")
 HELPERS = tuple(h for helpers in PRIVATE_HELPERS.values() for h in helpers)
 
 

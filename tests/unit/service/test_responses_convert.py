@@ -27,7 +27,7 @@ from service.fronts.responses import (
 )
 from service.fronts.responses.custom_tools import custom_call, custom_tool
 from service.pipeline.constraints import build_constraint
-from service.pipeline.response import ChunkFactory, completion, make_usage
+from service.pipeline.openai_objects import ChunkFactory, completion, make_usage
 from service.pipeline.validate import validate_request
 from service.protocol.openai import (
     CustomCall,

@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 from runtime_ext.formats import get_format
-from service import grammar_gate
-from service.grammar_gate import count_ignored
+from service import grammar_check
+from service.grammar_check import count_ignored
 from service.metrics import REGISTRY
 from service.pipeline.choice import ChoiceOutput
 from service.pipeline.constraints import build_constraint
@@ -51,11 +51,11 @@ def test_a_tool_s_unknown_keywords_are_named_with_the_tool() -> None:
 
 
 def test_the_metric_counts_by_name_and_bounds_its_labels(monkeypatch) -> None:
-    monkeypatch.setattr(grammar_gate, "_labels", set())
+    monkeypatch.setattr(grammar_check, "_labels", set())
     before = _count("tlo"), _count("other")
     count_ignored(("tlo at /", "weather: tlo at /properties/a", "bad name! at /"))
     assert (_count("tlo"), _count("other")) == (before[0] + 2, before[1] + 1)
-    monkeypatch.setattr(grammar_gate, "_MAX_LABELS", 1)  # "tlo" took the one label
+    monkeypatch.setattr(grammar_check, "_MAX_LABELS", 1)  # "tlo" took the one label
     count_ignored(("fresh at /",))
     assert _count("fresh") == 0 and _count("other") == before[1] + 2
 

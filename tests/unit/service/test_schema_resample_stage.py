@@ -12,8 +12,8 @@ from collections.abc import Callable
 import pytest
 
 from service.errors import SchemaResampleError
-from service.pipeline.output_validation import validate_output
 from service.pipeline.resample import attempt_plan, collect_validated
+from service.pipeline.schema_validation import validate_output
 from service.types import ChoiceResult, DecodeConstraint, EngineDelta, FinishedChoice, GenerationPlan, SamplingOptions
 
 SCHEMA = {"type": "array", "items": {"enum": [1, 2, 3]}, "maxItems": 3, "uniqueItems": True}
@@ -65,11 +65,11 @@ def test_a_client_loosening_returns_the_last_output_flagged_after_the_budget() -
     assert choice.result.validation.valid is False and choice.schema_attempts == 3
 
 
-def test_a_gate_loosening_is_a_422_after_the_budget_never_an_invalid_output() -> None:
+def test_a_service_loosening_is_a_422_after_the_budget_never_an_invalid_output() -> None:
     engine = Engine({10: "[1, 1]", 11: "[2, 2]"})
-    gate = DecodeConstraint(**{**LOOSE.__dict__, "must_validate": True})
+    self_loosened = DecodeConstraint(**{**LOOSE.__dict__, "must_validate": True})
     with pytest.raises(SchemaResampleError) as info:
-        _run(engine, _plan(gate), attempts=1)
+        _run(engine, _plan(self_loosened), attempts=1)
     assert info.value.status == 422 and info.value.param == "p"
     assert "2 attempt(s)" in info.value.message and "uniqueItems at /" in info.value.message
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from service.pipeline.response import legacy_logprobs
+from service.pipeline.openai_objects import legacy_logprobs
 from service.token_text import TokenTexts, piece_bytes, token_string
 from service.types import TokenLogprob
 

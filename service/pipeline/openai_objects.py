@@ -1,4 +1,4 @@
-"""Response stage: finished choices / choice events -> OpenAI ChatCompletion / chunk objects and usage."""
+"""OpenAI-objects stage: finished choices / choice events -> OpenAI ChatCompletion / chunk objects and usage."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The grammar gate (``GrammarChecker`` of ``service/types.py``, run by the pipeline after
+"""The grammar check (``GrammarChecker`` of ``service/types.py``, run by the pipeline after
 the plan stage): ahead-of-engine grammar compilation, bounded time, cached, off the event loop.
 
 SGLang compiles a request's grammar inside its scheduler with no time bound; an

@@ -1,4 +1,4 @@
-"""The grammar gate tells a busy machine (503 + Retry-After) from a bad schema (400)."""
+"""The grammar check tells a busy machine (503 + Retry-After) from a bad schema (400)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from grammars.errors import CompilerBusyError, SchemaTooComplexError
 from service.api.errors import error_response
 from service.errors import CompilerBusyServiceError
-from service.grammar_gate import GrammarService
+from service.grammar_check import GrammarService
 from service.types import DecodeConstraint
 
 CONSTRAINT = DecodeConstraint(kind="json_schema", value="{}", param="response_format.json_schema.schema")
