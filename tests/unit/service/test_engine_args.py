@@ -3,6 +3,8 @@ parallelism settings, the CPU per-rank thread binding."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from pydantic import ValidationError
 
@@ -75,12 +77,13 @@ def test_cpu_binding_splits_the_cores_evenly() -> None:
 
 
 def test_process_env_sets_binding_and_devices_only_when_needed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("os.environ", dict(os.environ))  # what prepare_process_env sets stays in this test
     for name in ("SGLANG_CPU_OMP_THREADS_BIND", "ASCEND_RT_VISIBLE_DEVICES", "SGLANG_USE_CPU_ENGINE"):
-        monkeypatch.delenv(name, raising=False)
+        os.environ.pop(name, None)
     monkeypatch.setattr("os.sched_getaffinity", lambda _pid: {0, 1})
     prepare_process_env("cpu", EngineSettings())
-    assert "SGLANG_CPU_OMP_THREADS_BIND" not in __import__("os").environ
+    assert "SGLANG_CPU_OMP_THREADS_BIND" not in os.environ
     prepare_process_env("cpu", EngineSettings(dp_size=2))
-    assert __import__("os").environ["SGLANG_CPU_OMP_THREADS_BIND"] == "0|1"
+    assert os.environ["SGLANG_CPU_OMP_THREADS_BIND"] == "0|1"
     prepare_process_env("npu", EngineSettings(device="npu", dp_size=2, devices=[6, 7]))
-    assert __import__("os").environ["ASCEND_RT_VISIBLE_DEVICES"] == "6,7"
+    assert os.environ["ASCEND_RT_VISIBLE_DEVICES"] == "6,7"

@@ -55,7 +55,8 @@ def test_unknown_mode_is_refused_at_startup() -> None:
 
 
 def test_host_ip_reaches_sglang_host_ip(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("SGLANG_HOST_IP", raising=False)
+    monkeypatch.setattr("os.environ", dict(os.environ))  # what prepare_process_env sets stays in this test
+    os.environ.pop("SGLANG_HOST_IP", None)
     prepare_process_env("cpu", EngineSettings())
     assert "SGLANG_HOST_IP" not in os.environ
     prepare_process_env(
