@@ -1,9 +1,10 @@
-"""Server-sent events framing for streamed chat completions."""
+"""Server-sent events framing: chat completions (``data:`` frames, ``[DONE]``) and the typed-event
+streams of the Messages and Responses APIs (``event: <type>`` + ``data:``)."""
 
 from __future__ import annotations
 
 import logging
-from typing import AsyncIterator
+from typing import Any, AsyncIterator
 
 import orjson
 from fastapi.responses import StreamingResponse
@@ -40,3 +41,14 @@ async def sse(chunks: AsyncIterator[BaseModel]) -> AsyncIterator[bytes]:
     finally:
         await chunks.aclose()  # type: ignore[attr-defined]
     yield DONE
+
+
+async def typed_events(events: AsyncIterator[dict[str, Any]] | AsyncIterator[BaseModel]) -> AsyncIterator[bytes]:
+    """Each event as ``event: <its type>`` + ``data: <json>``, no ``[DONE]`` (Anthropic's Messages
+    and OpenAI's Responses streams). Closing this generator (client gone) closes ``events``."""
+    try:
+        async for event in events:
+            payload = event.model_dump() if isinstance(event, BaseModel) else event
+            yield b"event: " + payload["type"].encode() + b"\n" + frame(payload)
+    finally:
+        await events.aclose()  # type: ignore[union-attr]

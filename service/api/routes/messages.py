@@ -10,16 +10,14 @@ failure after the stream began is an ``error`` event.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-import orjson
 from fastapi import APIRouter, Depends, Request
 
 from service.api.deps import ready_pipeline
 from service.api.disconnect import answer_unless_disconnected
 from service.api.errors import anthropic_body, client_error_body
-from service.api.sse import event_stream
+from service.api.sse import event_stream, typed_events
 from service.errors import ServiceError
 from service.fronts.base import FrontEvents, front_params
 from service.fronts.messages import MessageEventStream, from_completion, new_message_id, to_chat_request
@@ -42,7 +40,7 @@ async def create_message(
     message_id = new_message_id()
     if body.stream:
         events = FrontEvents(MessageEventStream(message_id, body.model), params, _error_event)
-        return event_stream(_sse(events.run(pipeline.stream(prepared))))
+        return event_stream(typed_events(events.run(pipeline.stream(prepared))))
     return await answer_unless_disconnected(request, _complete(pipeline, prepared, message_id))
 
 
@@ -62,12 +60,3 @@ async def count_tokens(
 def _error_event(exc: ServiceError) -> list[dict[str, Any]]:
     log.warning("stream failed: %s", exc.message)
     return [anthropic_body(exc.status, client_error_body(exc))]
-
-
-async def _sse(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
-    """Anthropic SSE: each event as ``event: <type>`` + ``data: <json>`` (no ``[DONE]``)."""
-    try:
-        async for event in events:
-            yield b"event: " + event["type"].encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
-    finally:
-        await events.aclose()  # type: ignore[attr-defined]

@@ -10,16 +10,15 @@ the request's API key (``request.state``, set by the gate); every lookup is unde
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
-from pydantic import BaseModel
 
 from service.api.deps import get_state, ready_pipeline
 from service.api.disconnect import answer_unless_disconnected
 from service.api.gate import OWNER
-from service.api.sse import event_stream, frame
+from service.api.sse import event_stream, typed_events
 from service.errors import ServiceError
 from service.fronts.base import FrontEvents, front_params
 from service.fronts.responses import ResponseBuilder, ResponseEventStream, to_chat_request
@@ -77,7 +76,7 @@ async def create_response(
     if body.stream:
         stream = ResponseEventStream(builder)
         events = FrontEvents(stream, params, _error_event(stream), keep.final if keep is not None else None)
-        return event_stream(_sse(events.run(pipeline.stream(prepared))))
+        return event_stream(typed_events(events.run(pipeline.stream(prepared))))
     return await answer_unless_disconnected(request, _complete(pipeline, prepared, builder, keep))
 
 
@@ -104,13 +103,3 @@ async def delete_response(response_id: str, request: Request) -> dict[str, Any]:
 
 def _error_event(stream: ResponseEventStream) -> Callable[[ServiceError], list[ResponseStreamEvent]]:
     return lambda exc: stream.error(exc.message, exc.code, exc.param)
-
-
-async def _sse(events: AsyncIterator[BaseModel]) -> AsyncIterator[bytes]:
-    """Responses SSE: each event as ``event: <type>`` + ``data: <json>`` (no ``[DONE]``, as OpenAI)."""
-    try:
-        async for event in events:
-            payload = event.model_dump()
-            yield f"event: {payload['type']}\n".encode() + frame(payload)
-    finally:
-        await events.aclose()  # type: ignore[attr-defined]
