@@ -9,8 +9,12 @@ Bottom-up, on a copy; a subschema with a ``$ref`` into what a rewrite moves is l
   false``, beside the parent's own): one object schema. A property declared in several parts
   becomes the ``allOf`` of its schemas, merged the same way or left (and refused) as it is.
   An ``additionalProperties: false`` part keeps only its own names.
+- ``enum``/``const`` beside other assertions: the values the whole subschema admits
+  (``folding.fold_values``, checked with the validator outputs are checked with), nothing else.
 - ``oneOf`` whose branches are provably disjoint (``canonical.branches_disjoint``: distinct
-  types or values, or a required const/enum discriminator property): ``anyOf``.
+  types or values, or a required const/enum discriminator property; or
+  ``folding.types_disjoint``: every branch declares a ``type``, directly or through its
+  ``$ref``, and no two declared type sets meet): ``anyOf``.
 - ``not`` of a ``type``: the complement type list (``number`` minus ``integer`` is not a type:
   left as it is). ``not`` of a ``const``/``enum`` beside an ``enum``/``const``: those values
   filtered.
@@ -26,6 +30,7 @@ import itertools
 from typing import Any
 
 from grammars.json_schema.canonical import branches_disjoint, iter_subschemas, json_equal, resolve_pointer
+from grammars.json_schema.folding import fold_values, types_disjoint
 from grammars.json_schema.keywords import _NEUTRAL
 
 __all__ = ["MAX_DEPENDENT", "rewrite_exact"]
@@ -52,6 +57,12 @@ def rewrite_exact(schema: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ..
     out, done = copy.deepcopy(schema), []
     for node in sorted(nodes, key=lambda n: n.depth, reverse=True):  # children first
         value = resolve_pointer(out, node.pointer)
+        if _folds(node.pointer, targets) and fold_values(value, schema, node.pointer):
+            done.append(f"{_folded(node.value)} at {node.pointer or '/'}")
+            continue
+        if "oneOf" in value and types_disjoint(value.get("oneOf"), schema) and "anyOf" not in value:
+            value["anyOf"] = value.pop("oneOf")
+            done.append(f"oneOf at {node.pointer or '/'}")
         for keyword, step in _STEPS:
             if keyword in value and step(value):
                 done.append(f"{keyword} at {node.pointer or '/'}")
@@ -59,7 +70,16 @@ def rewrite_exact(schema: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ..
 
 
 def _candidate(value: dict[str, Any]) -> bool:
-    return any(k in value for k, _ in _STEPS)
+    return any(k in value for k, _ in _STEPS) or "enum" in value or "const" in value
+
+
+def _folded(original: dict[str, Any]) -> str:
+    return "const" if "const" in original else "enum" if "enum" in original else "allOf"
+
+
+def _folds(pointer: str, targets: list[str]) -> bool:
+    """A folded subschema is replaced whole: no ``$ref`` may point inside it."""
+    return not any(t.startswith(f"{pointer}/") for t in targets)
 
 
 def _ref_targets(schema: dict[str, Any]) -> list[str]:

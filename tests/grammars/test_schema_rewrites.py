@@ -1,7 +1,8 @@
 """The exact rewrites (``grammars/json_schema/rewrite.py``) admit no invalid instance.
 
 For each construct (``allOf`` of objects, a discriminated ``oneOf``, ``not`` of a type or of
-values, ``dependentRequired``), every instance of a bounded domain (each declared property
+values, ``dependentRequired``, ``enum`` folded with its siblings, ``oneOf`` disjoint by declared
+types), every instance of a bounded domain (each declared property
 absent or one of a few values of every JSON type) is serialized as the grammar emits it and
 run through the real token matchers (llguidance as the service routes it, and xgrammar) with
 SmolLM2's tokenizer. Checked per instance, against jsonschema on the client's original schema:
@@ -61,6 +62,28 @@ CASES: dict[str, dict[str, Any]] = {
         "properties": {"a": {"type": "string"}, "b": {"type": "integer"}, "c": {"type": "boolean"}},
         "dependentRequired": {"a": ["b"], "c": ["a"]},
         "additionalProperties": False,
+    },
+    "enum beside not and allOf": {
+        "type": "object",
+        "properties": {
+            "a": {"enum": ["x", "y", 0, 1.5, None], "not": {"type": "number"}, "allOf": [{"not": {"const": "y"}}]}
+        },
+        "required": ["a"],
+    },
+    "allOf with an enum part": {
+        "type": "object",
+        "properties": {
+            "a": {"allOf": [{"enum": ["x", 0, [1], True]}, {"not": {"type": "array"}}, {"not": {"const": 0}}]}
+        },
+        "required": ["a"],
+    },
+    "oneOf by declared types": {
+        "type": "object",
+        "properties": {
+            "a": {"oneOf": [{"type": "string", "minLength": 1}, {"$ref": "#/$defs/n"}, {"type": "boolean"}]}
+        },
+        "required": ["a"],
+        "$defs": {"n": {"type": "number", "minimum": 1}},
     },
 }
 

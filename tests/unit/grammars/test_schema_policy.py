@@ -120,8 +120,8 @@ REPORTED: dict[str, tuple[dict[str, Any], list[tuple[str, str]]]] = {
     ),
     "two applicators": ({"$defs": {"i": I}, "$ref": "#/$defs/i", "anyOf": [S]}, [("anyOf", "")]),
     "oneOf overlapping": ({"oneOf": [I, N]}, [("oneOf", "")]),
-    "oneOf unprovable (object arm)": ({"oneOf": [O, S]}, [("oneOf", "")]),
-    "oneOf ref arm": ({"$defs": {"i": I}, "oneOf": [{"$ref": "#/$defs/i"}, S]}, [("oneOf", "")]),
+    "oneOf unprovable (object arm)": ({"oneOf": [O, {}]}, [("oneOf", "")]),
+    "oneOf ref arm": ({"$defs": {"i": I}, "oneOf": [{"$ref": "#/$defs/i"}, N]}, [("oneOf", "")]),
     "typeless string keywords": (
         {"pattern": "^a$", "minLength": 1, "format": "date"},
         [("pattern", ""), ("minLength", ""), ("format", "")],
@@ -160,7 +160,6 @@ REPORTED: dict[str, tuple[dict[str, Any], list[tuple[str, str]]]] = {
         {"type": "object", "minProperties": 2, "additionalProperties": I},
         [("minProperties", "")],
     ),
-    "enum value violating siblings": ({"type": "string", "enum": ["a", 1]}, [("enum", "")]),
     "const violating siblings": ({"type": "string", "const": 1}, [("const", "")]),
     "root ref (token mask bug)": (
         {"type": "object", "properties": {"next": {"anyOf": [{"$ref": "#"}, {"type": "null"}]}}},

@@ -48,6 +48,9 @@ def test_the_policy_serves_what_it_refused_before() -> None:
         {"type": "object", "properties": {"a": {}}, "dependentRequired": {"a": ["undeclared"]}},
         {"not": {"const": 1}},
         {"oneOf": [{"type": "integer"}, {"type": "number"}]},
+        {"oneOf": [{"type": "string"}, {"minLength": 1}]},
+        {"oneOf": [{"$ref": "#/$defs/s"}, {"type": ["null", "string"]}], "$defs": {"s": {"type": "string"}}},
+        {"type": "string", "const": 1},
     ],
 )
 def test_what_cannot_be_restated_exactly_is_left_and_refused(schema) -> None:
