@@ -60,7 +60,8 @@ def rewrite_exact(schema: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ..
         if _folds(node.pointer, targets) and fold_values(value, schema, node.pointer):
             done.append(f"{_folded(node.value)} at {node.pointer or '/'}")
             continue
-        if "oneOf" in value and types_disjoint(value.get("oneOf"), schema) and "anyOf" not in value:
+        # the client's branches, not the rewritten ones: a merge may have narrowed a branch's type
+        if "oneOf" in value and types_disjoint(node.value.get("oneOf"), schema) and "anyOf" not in value:
             value["anyOf"] = value.pop("oneOf")
             done.append(f"oneOf at {node.pointer or '/'}")
         for keyword, step in _STEPS:

@@ -72,3 +72,13 @@ def test_empty_parts_merge_into_any_value_not_into_an_object() -> None:
     """``allOf: [{}, {}]`` admits every value: the merge must not imply an object."""
     assert rewrite_exact({"allOf": [{}, {}]}) == ({}, ("allOf at /",))
     assert rewrite_exact({"allOf": [{"description": "d"}]}) == ({}, ("allOf at /",))
+
+
+def test_disjoint_types_are_read_from_the_client_branches() -> None:
+    """The merged ``allOf`` branch declares ``object`` (strict narrowing), but the client's
+    branch admits every non-object: ``"x"`` holds for both branches, so oneOf refuses it and
+    the branches are not disjoint: refused, not served as anyOf."""
+    schema = {"oneOf": [{"allOf": [{"additionalProperties": False}]}, {"type": "string"}]}
+    assert not Draft202012Validator(schema).is_valid("x")
+    with pytest.raises(UnsupportedKeywordError):
+        check_schema(schema)
