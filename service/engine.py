@@ -23,7 +23,8 @@ from service.engine_args import EngineOptions, prepare_process_env
 from service.engine_signals import DEATH, EngineDeath, signal_handler_class, unavailable
 from service.errors import EngineError, InvalidRequestError, NumericalFaultError, PDLinkDownError, ServiceError
 from service.token_text import TokenTexts
-from service.types import EngineDelta, EngineOutput, GenerationPlan, TokenLogprob
+from service.types.plan import GenerationPlan
+from service.types.results import EngineDelta, EngineOutput, TokenLogprob
 
 # SGLang's decode-side failure text when it lost the prefill (its heartbeat, or runtime_ext.pd.link_down)
 PD_LINK_LOST = "Lost connection with prefill instance"

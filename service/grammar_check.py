@@ -1,4 +1,4 @@
-"""The grammar check (``GrammarChecker`` of ``service/types.py``, run by the pipeline after
+"""The grammar check (``GrammarChecker`` of ``service/types/ports.py``, run by the pipeline after
 the plan stage): ahead-of-engine grammar compilation, bounded time, cached, off the event loop.
 
 SGLang compiles a request's grammar inside its scheduler with no time bound; an
@@ -31,7 +31,7 @@ from grammars.errors import CompilerBusyError, GrammarError
 from runtime_ext.grammar_route import with_fallback
 from service.errors import CompilerBusyServiceError
 from service.metrics import GRAMMAR_CACHE, GRAMMAR_COMPILE_SECONDS, GRAMMAR_FALLBACKS, SCHEMA_IGNORED_KEYWORDS
-from service.types import DecodeConstraint
+from service.types.plan import DecodeConstraint
 
 log = logging.getLogger(__name__)
 

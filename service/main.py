@@ -27,7 +27,7 @@ from service.pipeline.chat import ChatPipeline
 from service.settings import Settings
 from service.startup import ModelInfo, prepare_engine
 from service.tokenizer import HFChatTemplate
-from service.types import ModelFormats, ReasoningPolicy, ReasoningSetup, ServingLimits
+from service.types.serving import ModelFormats, ReasoningPolicy, ReasoningSetup, ServingLimits
 
 log = logging.getLogger(__name__)
 

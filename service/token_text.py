@@ -12,7 +12,7 @@ import math
 from functools import lru_cache
 from typing import Any
 
-from service.types import TokenLogprob
+from service.types.results import TokenLogprob
 
 
 @lru_cache(maxsize=1)

@@ -8,7 +8,7 @@ from typing import Any, Sequence
 
 from runtime_ext.formats import template_renders_tools
 from service.errors import InvalidRequestError
-from service.types import Message, ToolDef
+from service.types.request import Message, ToolDef
 
 EMPTY_PARAMETERS = {"type": "object", "properties": {}}
 

@@ -16,7 +16,8 @@ from service.errors import InvalidRequestError, ModelNotFoundError, UnsupportedP
 from service.pipeline.chat import ChatPipeline
 from service.protocol.openai import ChatCompletionRequest
 from service.protocol.tokenize import DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse
-from service.types import ChatTemplate, ServingLimits
+from service.types.ports import ChatTemplate
+from service.types.serving import ServingLimits
 
 # what the chat route renders from besides the messages: only meaningful with ``messages``
 CHAT_FIELDS = (

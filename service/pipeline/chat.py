@@ -24,19 +24,11 @@ from service.pipeline.prompt import build_prompt
 from service.pipeline.resample import collect_validated
 from service.pipeline.validate import validate_request
 from service.protocol.openai import ChatCompletion, ChatCompletionChunk, ChatCompletionRequest
-from service.types import (
-    ChatTemplate,
-    ChoiceStep,
-    EngineClient,
-    FinishedChoice,
-    GenerationPlan,
-    GrammarChecker,
-    ModelFormats,
-    Piece,
-    PromptIds,
-    ServingLimits,
-    ValidatedRequest,
-)
+from service.types.plan import GenerationPlan, PromptIds
+from service.types.ports import ChatTemplate, EngineClient, GrammarChecker
+from service.types.request import ValidatedRequest
+from service.types.results import ChoiceStep, FinishedChoice, Piece
+from service.types.serving import ModelFormats, ServingLimits
 
 
 @dataclass(frozen=True)

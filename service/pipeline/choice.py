@@ -28,7 +28,9 @@ from service.protocol.openai import (
     FunctionCall,
     ToolCall,
 )
-from service.types import ChoiceEvent, ChoiceResult, ChoiceStep, DecodeConstraint, Piece, TokenLogprob, ToolRequest
+from service.types.plan import DecodeConstraint
+from service.types.request import ToolRequest
+from service.types.results import ChoiceEvent, ChoiceResult, ChoiceStep, Piece, TokenLogprob
 
 
 @dataclass

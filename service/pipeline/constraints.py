@@ -18,7 +18,8 @@ from grammars.json_schema import JSON_OBJECT_SCHEMA, CheckedSchema, check_schema
 from grammars.lark import choice_to_ebnf, custom_arguments_ebnf, is_probably_lark, lark_to_ebnf
 from grammars.tool_calls import PythonicSchemaError, ToolSpec, XmlSchemaError, tool_call_constraint
 from service.errors import InvalidRequestError
-from service.types import DecodeConstraint, PatternOutputSpec, ToolDef, ToolRequest, ValidatedRequest
+from service.types.plan import DecodeConstraint
+from service.types.request import PatternOutputSpec, ToolDef, ToolRequest, ValidatedRequest
 
 
 def build_constraint(req: ValidatedRequest, default_loosening: bool) -> DecodeConstraint | None:

@@ -17,7 +17,9 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import replace
 
-from service.types import EngineClient, EngineDelta, GenerationPlan, Piece, ReasoningPlan
+from service.types.plan import GenerationPlan, ReasoningPlan
+from service.types.ports import EngineClient
+from service.types.results import EngineDelta, Piece
 
 
 async def collect_choice(engine: EngineClient, plan: GenerationPlan, rid: str) -> AsyncIterator[Piece]:

@@ -18,7 +18,7 @@ from service.protocol.openai import (
     TopLogprob,
     Usage,
 )
-from service.types import ChoiceEvent, FinishedChoice, TokenLogprob
+from service.types.results import ChoiceEvent, FinishedChoice, TokenLogprob
 
 
 def choice_logprobs(logprobs: Sequence[TokenLogprob] | None) -> ChoiceLogprobs | None:

@@ -4,14 +4,9 @@ from __future__ import annotations
 
 from runtime_ext.admission.budget import largest_max_new
 from service.errors import ContextLengthError, UnsupportedParameterError
-from service.types import (
-    DecodeConstraint,
-    GenerationPlan,
-    PromptIds,
-    ReasoningPlan,
-    ServingLimits,
-    ValidatedRequest,
-)
+from service.types.plan import DecodeConstraint, GenerationPlan, PromptIds, ReasoningPlan
+from service.types.request import ValidatedRequest
+from service.types.serving import ServingLimits
 
 
 def make_plan(

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from runtime_ext.formats import NamedChoice, ToolFormat, render_calls, render_tools_prompt
 from service.errors import InvalidRequestError
-from service.types import ChatTemplate, Message, PromptIds, ToolRequest, ValidatedRequest
+from service.types.plan import PromptIds
+from service.types.ports import ChatTemplate
+from service.types.request import Message, ToolRequest, ValidatedRequest
 
 
 def build_prompt(req: ValidatedRequest, template: ChatTemplate) -> PromptIds:

@@ -25,7 +25,8 @@ from dataclasses import replace
 
 from service.errors import SchemaResampleError
 from service.metrics import SCHEMA_RESAMPLES
-from service.types import DecodeConstraint, FinishedChoice, GenerationPlan
+from service.types.plan import DecodeConstraint, GenerationPlan
+from service.types.results import FinishedChoice
 
 Collect = Callable[[GenerationPlan, str], Awaitable[FinishedChoice]]
 

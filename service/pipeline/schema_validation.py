@@ -14,7 +14,7 @@ from typing import Any
 from grammars.json_schema import first_error
 from service.metrics import SCHEMA_VALIDATION_FAILURES
 from service.protocol.openai import CustomToolCall, SchemaValidation, ToolCall
-from service.types import DecodeConstraint
+from service.types.plan import DecodeConstraint
 
 
 def validate_output(text: str, constraint: DecodeConstraint | None, finish_reason: str) -> SchemaValidation | None:

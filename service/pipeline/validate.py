@@ -15,16 +15,9 @@ from service.pipeline.validate_reasoning import template_kwargs, validate_reason
 from service.pipeline.validate_tools import check_tool_results, tool_calls_of, validate_tools
 from service.protocol.completions import CompletionRequest
 from service.protocol.openai import ChatCompletionRequest, ChatMessage
-from service.types import (
-    Bootstrap,
-    JsonOutputSpec,
-    Message,
-    ModelFormats,
-    PatternOutputSpec,
-    SamplingOptions,
-    ServingLimits,
-    ValidatedRequest,
-)
+from service.types.plan import Bootstrap, SamplingOptions
+from service.types.request import JsonOutputSpec, Message, PatternOutputSpec, ValidatedRequest
+from service.types.serving import ModelFormats, ServingLimits
 
 MAX_STOP_SEQUENCES = 4
 

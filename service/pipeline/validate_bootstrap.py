@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from service.errors import InvalidRequestError, UnsupportedParameterError
-from service.types import Bootstrap
+from service.types.plan import Bootstrap
 
 FIELDS = ("bootstrap_host", "bootstrap_port", "bootstrap_room")
 

@@ -15,7 +15,7 @@ from typing import Any
 from service.errors import InvalidRequestError
 from service.protocol.completions import CompletionRequest
 from service.protocol.openai import ChatCompletionRequest, ResponseFormat, StructuredOutputs
-from service.types import JsonOutputSpec, PatternOutputSpec
+from service.types.request import JsonOutputSpec, PatternOutputSpec
 
 OutputSpec = JsonOutputSpec | PatternOutputSpec
 _PATTERN_FIELDS = ("regex", "choice", "grammar")

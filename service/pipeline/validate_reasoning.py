@@ -16,7 +16,8 @@ from typing import Any
 
 from service.errors import InvalidRequestError
 from service.protocol.openai import ChatCompletionRequest
-from service.types import ReasoningPolicy, ReasoningRequest, ReasoningSetup
+from service.types.request import ReasoningRequest
+from service.types.serving import ReasoningPolicy, ReasoningSetup
 
 BUDGET = "max_reasoning_tokens"
 

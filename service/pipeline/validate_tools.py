@@ -23,7 +23,7 @@ from service.protocol.openai import (
     Tool,
     ToolChoice,
 )
-from service.types import PatternKind, PatternOutputSpec, ToolCallRecord, ToolDef, ToolMode, ToolRequest
+from service.types.request import PatternKind, PatternOutputSpec, ToolCallRecord, ToolDef, ToolMode, ToolRequest
 
 CUSTOM_INPUT = {"type": "object", "properties": {"input": {"type": "string"}}, "required": ["input"]}
 """How a custom tool is shown to the model's chat template: one string parameter."""

@@ -185,7 +185,7 @@ def scripted(assets, scripted_server):
     from runtime_ext.formats import select_reasoning_format
     from service.startup import ModelInfo
     from service.tokenizer import HFChatTemplate
-    from service.types import ReasoningSetup
+    from service.types.serving import ReasoningSetup
 
     template = HFChatTemplate(assets.qwen3_tiny, ModelInfo.read(assets.qwen3_tiny).model_type)
     setup = ReasoningSetup.build(select_reasoning_format("auto", template.model_type), template.encode)

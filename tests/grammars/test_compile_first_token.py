@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from grammars.errors import UnsatisfiableSchemaError
-from service.types import DecodeConstraint
+from service.types.plan import DecodeConstraint
 
 LOOP = json.dumps(
     {"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}

@@ -23,7 +23,7 @@ from runtime_ext.formats import get_format, get_reasoning_format, render_calls
 from runtime_ext.formats import tool_formats as tf
 from runtime_ext.formats.families import select_family
 from runtime_ext.parsers import parse
-from service.types import ReasoningSetup
+from service.types.serving import ReasoningSetup
 
 
 def fetched(artifact: Artifact) -> Path:

@@ -11,7 +11,7 @@ from runtime_ext.formats import get_format, template_renders_tools
 from service.pipeline.prompt import build_prompt
 from service.pipeline.validate import validate_request
 from service.protocol.openai import ChatCompletionRequest
-from service.types import ModelFormats, ServingLimits
+from service.types.serving import ModelFormats, ServingLimits
 
 LIMITS = ServingLimits(served_model_name="m", context_length=4096, max_n=1, default_max_tokens=None)
 TOOL = {
@@ -72,7 +72,7 @@ def test_reasoning_markers_resolve_to_single_tokens_of_the_serving_tokenizer(ass
     from runtime_ext.formats.reasoning_formats import QWEN3, ReasoningFormat
     from service.startup import ModelInfo
     from service.tokenizer import HFChatTemplate
-    from service.types import ReasoningMarkerError, ReasoningSetup
+    from service.types.serving import ReasoningMarkerError, ReasoningSetup
 
     template = HFChatTemplate(assets.qwen3_tiny, ModelInfo.read(assets.qwen3_tiny).model_type)
     setup = ReasoningSetup.build(QWEN3, template.encode)

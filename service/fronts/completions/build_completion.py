@@ -16,7 +16,7 @@ from service.pipeline.chat import ChatPipeline
 from service.pipeline.openai_objects import legacy_logprobs, make_usage, text_choice, text_completion
 from service.protocol.completions import Completion, CompletionChoice
 from service.protocol.openai import Usage
-from service.types import EngineDelta, Piece
+from service.types.results import EngineDelta, Piece
 
 
 async def complete(pipeline: ChatPipeline, prep: PreparedCompletion) -> Completion:

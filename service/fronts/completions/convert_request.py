@@ -17,7 +17,7 @@ from service.pipeline.chat import ChatPipeline, PreparedChat
 from service.pipeline.prompt import completion_prompts
 from service.pipeline.validate import validate_completion
 from service.protocol.completions import CompletionRequest
-from service.types import PromptIds
+from service.types.plan import PromptIds
 
 
 @dataclass(frozen=True)

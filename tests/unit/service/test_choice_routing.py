@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from runtime_ext.formats.reasoning_formats import QWEN3
 from service.pipeline.choice import ChoiceOutput
-from service.types import EngineDelta, Piece
+from service.types.results import EngineDelta, Piece
 
 
 def piece(phase, text, tokens, finish=None):

@@ -15,7 +15,7 @@ import pytest
 from runtime_ext.grammar_route import ENGINE_FAULT
 from service.engine import _abort_error, _finish_reason
 from service.errors import EngineError, InvalidRequestError
-from service.types import DecodeConstraint, GenerationPlan, SamplingOptions
+from service.types.plan import DecodeConstraint, GenerationPlan, SamplingOptions
 
 SCHEMA = '{"$defs":{"a":{"$ref":"#/$defs/b"},"b":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"}'
 ACCEPT_FAILED = {

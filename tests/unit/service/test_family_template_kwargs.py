@@ -12,7 +12,8 @@ from runtime_ext.formats import get_reasoning_format
 from service.pipeline.prompt import build_prompt
 from service.pipeline.validate import validate_request
 from service.protocol.openai import ChatCompletionRequest
-from service.types import ModelFormats, ReasoningPolicy, ReasoningSetup, ServingLimits, ValidatedRequest
+from service.types.request import ValidatedRequest
+from service.types.serving import ModelFormats, ReasoningPolicy, ReasoningSetup, ServingLimits
 
 POLICY = ReasoningPolicy(default_thinking=True, effort_budgets=(("low", 64), ("high", None)))
 # the lines of the official templates that read these variables

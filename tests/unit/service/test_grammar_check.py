@@ -11,7 +11,7 @@ from grammars.errors import CompilerBusyError, SchemaTooComplexError
 from service.api.errors import error_response
 from service.errors import CompilerBusyServiceError
 from service.grammar_check import GrammarService
-from service.types import DecodeConstraint
+from service.types.plan import DecodeConstraint
 
 CONSTRAINT = DecodeConstraint(kind="json_schema", value="{}", param="response_format.json_schema.schema")
 

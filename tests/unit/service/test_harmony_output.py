@@ -22,7 +22,9 @@ from service.pipeline.constraints import build_constraint
 from service.pipeline.plan import make_plan
 from service.pipeline.validate import validate_request
 from service.protocol.openai import ChatCompletionRequest
-from service.types import ChoiceResult, EngineDelta, ModelFormats, Piece, PromptIds, ServingLimits
+from service.types.plan import PromptIds
+from service.types.results import ChoiceResult, EngineDelta, Piece
+from service.types.serving import ModelFormats, ServingLimits
 
 TOKENIZER_JSON = "package/models/tokenizer.json"
 HARMONY = get_format("harmony")

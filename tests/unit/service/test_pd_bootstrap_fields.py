@@ -13,7 +13,8 @@ from service.pipeline.validate import validate_completion, validate_request
 from service.protocol.completions import CompletionRequest
 from service.protocol.openai import ChatCompletionRequest
 from service.protocol.responses import ResponsesRequest
-from service.types import Bootstrap, PromptIds, ServingLimits
+from service.types.plan import Bootstrap, PromptIds
+from service.types.serving import ServingLimits
 
 PD = {"bootstrap_host": "10.0.0.7", "bootstrap_port": 8998, "bootstrap_room": 2**62 + 5}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from service.engine import _abort_error
 from service.errors import EngineError, PDLinkDownError
-from service.types import GenerationPlan, SamplingOptions
+from service.types.plan import GenerationPlan, SamplingOptions
 
 PLAN = GenerationPlan(input_ids=(1, 2), max_new_tokens=4, sampling=SamplingOptions())
 SGLANG_TEXT = (

@@ -2,7 +2,9 @@ import pytest
 
 from service.errors import ContextLengthError
 from service.pipeline.plan import make_plan
-from service.types import Message, PromptIds, SamplingOptions, ServingLimits, ValidatedRequest
+from service.types.plan import PromptIds, SamplingOptions
+from service.types.request import Message, ValidatedRequest
+from service.types.serving import ServingLimits
 
 
 def vreq(max_tokens=None, param="max_tokens"):

@@ -10,7 +10,7 @@ import pytest
 
 from runtime_ext.formats import REASONING_FORMATS, select_reasoning_format
 from runtime_ext.formats.families import REASONING_BY_MODEL_TYPE as FAMILY_REASONING
-from service.types import ReasoningMarkerError, ReasoningSetup
+from service.types.serving import ReasoningMarkerError, ReasoningSetup
 
 PIECES = re.compile(r"<[^>]*>|\n+| +|[^<\n ]+")
 

@@ -8,7 +8,7 @@ from pydantic import ValidationError
 from service.errors import InvalidRequestError
 from service.pipeline.validate import validate_request
 from service.protocol.openai import ChatCompletionRequest
-from service.types import ReasoningPolicy, ServingLimits
+from service.types.serving import ReasoningPolicy, ServingLimits
 
 POLICY = ReasoningPolicy(default_thinking=True, effort_budgets=(("low", 256), ("max", None)))
 
@@ -72,7 +72,8 @@ POLICY_ALL = ReasoningPolicy(
 def planned(prompt_len=10, context=4096, **kw):
     from runtime_ext.formats.reasoning_formats import QWEN3
     from service.pipeline.plan import make_plan
-    from service.types import ModelFormats, PromptIds, ReasoningSetup
+    from service.types.plan import PromptIds
+    from service.types.serving import ModelFormats, ReasoningSetup
 
     limits = ServingLimits("m", context_length=context, max_n=1, default_max_tokens=None, reasoning=POLICY_ALL)
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], **kw}

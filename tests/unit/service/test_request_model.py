@@ -15,7 +15,7 @@ from service.api.errors import error_response, install_error_handlers
 from service.errors import InvalidRequestError, ModelNotFoundError
 from service.pipeline.validate import validate_request
 from service.protocol.openai import ChatCompletionRequest
-from service.types import ServingLimits
+from service.types.serving import ServingLimits
 
 LIMITS = ServingLimits(served_model_name="m", context_length=100, max_n=4, default_max_tokens=None)
 USER = {"role": "user", "content": "hi"}

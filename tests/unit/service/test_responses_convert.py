@@ -39,17 +39,8 @@ from service.protocol.openai import (
     ToolCall,
 )
 from service.protocol.responses import CustomTool, CustomToolCallItem, ResponsesRequest
-from service.types import (
-    ChoiceEvent,
-    ChoiceResult,
-    EngineDelta,
-    FinishedChoice,
-    ModelFormats,
-    ReasoningPolicy,
-    ReasoningSetup,
-    ServingLimits,
-    TokenLogprob,
-)
+from service.types.results import ChoiceEvent, ChoiceResult, EngineDelta, FinishedChoice, TokenLogprob
+from service.types.serving import ModelFormats, ReasoningPolicy, ReasoningSetup, ServingLimits
 
 USER = {"role": "user", "content": "hi"}
 WEATHER = {

@@ -11,7 +11,7 @@ from service.pipeline.choice import ChoiceOutput
 from service.pipeline.constraints import build_constraint
 from service.pipeline.validate import validate_request
 from service.protocol.openai import ChatCompletionRequest
-from service.types import ModelFormats, ServingLimits
+from service.types.serving import ModelFormats, ServingLimits
 
 LIMITS = ServingLimits(served_model_name="m", context_length=100, max_n=4, default_max_tokens=None)
 SCHEMA = {

@@ -14,7 +14,8 @@ import pytest
 from service.errors import SchemaResampleError
 from service.pipeline.resample import attempt_plan, collect_validated
 from service.pipeline.schema_validation import validate_output
-from service.types import ChoiceResult, DecodeConstraint, EngineDelta, FinishedChoice, GenerationPlan, SamplingOptions
+from service.types.plan import DecodeConstraint, GenerationPlan, SamplingOptions
+from service.types.results import ChoiceResult, EngineDelta, FinishedChoice
 
 SCHEMA = {"type": "array", "items": {"enum": [1, 2, 3]}, "maxItems": 3, "uniqueItems": True}
 LOOSE = DecodeConstraint("json_schema", "{}", validate_schema=SCHEMA, loosened=("uniqueItems at /",), param="p")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from service.pipeline.openai_objects import legacy_logprobs
 from service.token_text import TokenTexts, piece_bytes, token_string
-from service.types import TokenLogprob
+from service.types.results import TokenLogprob
 
 
 def test_byte_level_pieces_map_back_to_their_bytes():

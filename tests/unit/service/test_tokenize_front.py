@@ -18,7 +18,7 @@ from service.main import create_app
 from service.pipeline.chat import ChatPipeline
 from service.protocol.tokenize import DetokenizeRequest, TokenizeRequest
 from service.settings import load_settings
-from service.types import ModelFormats, ServingLimits
+from service.types.serving import ModelFormats, ServingLimits
 
 BOS = 1
 LIMITS = ServingLimits(served_model_name="m", context_length=4096, max_n=4, default_max_tokens=None, vocab_size=300)

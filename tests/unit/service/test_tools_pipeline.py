@@ -16,7 +16,7 @@ from service.pipeline.constraints import build_constraint
 from service.pipeline.prompt import inline_tools
 from service.pipeline.validate import validate_request
 from service.protocol.openai import ChatCompletionRequest
-from service.types import ModelFormats, ServingLimits
+from service.types.serving import ModelFormats, ServingLimits
 
 LIMITS = ServingLimits(served_model_name="m", context_length=100, max_n=4, default_max_tokens=None)
 WEATHER_PARAMS = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}

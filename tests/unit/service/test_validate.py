@@ -3,7 +3,7 @@ import pytest
 from service.errors import InvalidRequestError, ModelNotFoundError, UnsupportedParameterError
 from service.pipeline.validate import validate_request
 from service.protocol.openai import ChatCompletionRequest
-from service.types import ServingLimits
+from service.types.serving import ServingLimits
 
 LIMITS = ServingLimits(served_model_name="m", context_length=100, max_n=4, default_max_tokens=None)
 

@@ -9,7 +9,8 @@ from service.errors import InvalidRequestError, UnsupportedParameterError
 from service.pipeline.validate import validate_completion, validate_request
 from service.protocol.completions import CompletionRequest
 from service.protocol.openai import ChatCompletionRequest
-from service.types import JsonOutputSpec, PatternOutputSpec, ServingLimits
+from service.types.request import JsonOutputSpec, PatternOutputSpec
+from service.types.serving import ServingLimits
 
 LIMITS = ServingLimits(served_model_name="m", context_length=100, max_n=4, default_max_tokens=None)
 
