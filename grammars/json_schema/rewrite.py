@@ -15,6 +15,8 @@ Bottom-up, on a copy; a subschema with a ``$ref`` into what a rewrite moves is l
   types or values, or a required const/enum discriminator property; or
   ``folding.types_disjoint``: every branch declares a ``type``, directly or through its
   ``$ref``, and no two declared type sets meet): ``anyOf``.
+- Assertions beside ``anyOf``/``$ref``/``allOf`` moved into one schema (``combine.py``):
+  ``A∧B`` by the object merge below or side by side when no keyword reads the other's.
 - ``not`` of a ``type``: the complement type list (``number`` minus ``integer`` is not a type:
   left as it is). ``not`` of a ``const``/``enum`` beside an ``enum``/``const``: those values
   filtered.
@@ -30,12 +32,14 @@ import itertools
 from typing import Any
 
 from grammars.json_schema.canonical import branches_disjoint, iter_subschemas, json_equal, resolve_pointer
+from grammars.json_schema.combine import distribute_any_of, inline_ref, reduce_all_of
 from grammars.json_schema.folding import fold_values, types_disjoint
 from grammars.json_schema.keywords import _NEUTRAL
 
 __all__ = ["MAX_DEPENDENT", "rewrite_exact"]
 
 MAX_DEPENDENT = 3
+_ROUNDS = 3
 _OBJECT_KEYS = frozenset({"type", "properties", "required", "additionalProperties"})
 _MOVED = ("allOf", "oneOf", "not", "properties", "dependentRequired")  # what a rewrite moves or renames
 _INTERACTING = frozenset(
@@ -56,22 +60,39 @@ def rewrite_exact(schema: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ..
         return schema, ()
     out, done = copy.deepcopy(schema), []
     for node in sorted(nodes, key=lambda n: n.depth, reverse=True):  # children first
-        value = resolve_pointer(out, node.pointer)
-        if _folds(node.pointer, targets) and fold_values(value, schema, node.pointer):
-            done.append(f"{_folded(node.value)} at {node.pointer or '/'}")
-            continue
-        # the client's branches, not the rewritten ones: a merge may have narrowed a branch's type
-        if "oneOf" in value and types_disjoint(node.value.get("oneOf"), schema) and "anyOf" not in value:
-            value["anyOf"] = value.pop("oneOf")
-            done.append(f"oneOf at {node.pointer or '/'}")
-        for keyword, step in _STEPS:
-            if keyword in value and step(value):
-                done.append(f"{keyword} at {node.pointer or '/'}")
+        done += _rewrite_node(resolve_pointer(out, node.pointer), node.pointer, node.value, schema, targets)
     return (out, tuple(done)) if done else (schema, ())
 
 
+def _rewrite_node(value: dict[str, Any], pointer: str, original: Any, schema: Any, targets: list[str]) -> list[str]:
+    """Rewrite ``value`` (the copy at ``pointer``; ``original`` is the client's) in place."""
+    where = pointer or "/"
+    free = _folds(pointer, targets)  # nothing points inside: it may be rebuilt whole
+    if free and fold_values(value, schema, pointer):
+        return [f"{_folded(original)} at {where}"]
+    done = []
+    # the client's branches, not the rewritten ones: a merge may have narrowed a branch's type
+    if "oneOf" in value and types_disjoint(original.get("oneOf"), schema) and "anyOf" not in value:
+        value["anyOf"] = value.pop("oneOf")
+        done.append(f"oneOf at {where}")
+    for _ in range(_ROUNDS):  # what one step brings together, the next may restate
+        before = len(done)
+        if free and "$ref" in value and inline_ref(value, schema, _merge):
+            done.append(f"$ref at {where}")
+        for keyword, step in _STEPS:
+            if keyword in value and step(value):
+                done.append(f"{keyword} at {where}")
+        if free and "allOf" in value and reduce_all_of(value, _merge):
+            done.append(f"allOf at {where}")
+        if free and "anyOf" in value and distribute_any_of(value, _merge):
+            done.append(f"anyOf at {where}")
+        if len(done) == before:
+            break
+    return done
+
+
 def _candidate(value: dict[str, Any]) -> bool:
-    return any(k in value for k, _ in _STEPS) or "enum" in value or "const" in value
+    return any(k in value for k in ("enum", "const", "$ref", "anyOf", *(k for k, _ in _STEPS)))
 
 
 def _folded(original: dict[str, Any]) -> str:

@@ -85,6 +85,22 @@ CASES: dict[str, dict[str, Any]] = {
         "required": ["a"],
         "$defs": {"n": {"type": "number", "minimum": 1}},
     },
+    "anyOf beside object assertions": {
+        "type": "object",
+        "properties": {"a": {"type": "string"}, "b": {"type": "integer"}},
+        "anyOf": [{"required": ["a"]}, {"required": ["b"]}],
+    },
+    "$ref beside an assertion": {
+        "type": "object",
+        "properties": {"a": {"$ref": "#/$defs/s", "not": {"type": "number"}}},
+        "required": ["a"],
+        "$defs": {"s": {"type": ["string", "number", "null"]}},
+    },
+    "allOf of typed parts": {
+        "type": "object",
+        "properties": {"a": {"allOf": [{"type": ["string", "number"]}, {"not": {"type": "number"}}, {"maxLength": 3}]}},
+        "required": ["a"],
+    },
 }
 
 

@@ -41,8 +41,15 @@ def test_the_policy_serves_what_it_refused_before() -> None:
 @pytest.mark.parametrize(
     "schema",
     [
-        {"allOf": [{"type": "object", "properties": {"a": {}}, "additionalProperties": {"type": "string"}}, {}]},
-        {"allOf": [{"type": "string"}, {"minLength": 2}]},
+        {
+            "allOf": [
+                {"type": "object", "properties": {"a": {}}, "additionalProperties": {"type": "string"}},
+                {"properties": {"b": {}}},
+            ]
+        },
+        {"allOf": [{"type": "string", "maxLength": 3}, {"maxLength": 2}]},
+        {"type": "integer", "anyOf": [{"type": "integer"}, {"type": "string"}]},
+        {"allOf": [{"type": "array", "prefixItems": [{"type": "string"}]}, {"items": {"type": "integer"}}]},
         {"type": "number", "not": {"type": "integer"}},
         {"type": "object", "properties": {"a": {}}, "additionalProperties": True, "dependentRequired": {"a": ["b"]}},
         {"type": "object", "properties": {"a": {}}, "dependentRequired": {"a": ["undeclared"]}},
