@@ -7,6 +7,11 @@ A keyword is unknown when it is not in the keyword table (``keywords.KEYWORDS``)
 assertion keywords that no library enforces stay with the policy (refused, or loosened on
 request). An unknown keyword that holds the target of a ``$ref`` is kept: the policy then
 refuses the reference by name (``$ref`` into a non-schema location).
+
+A ``format`` whose name JSON Schema does not define (``url``, ``byte``, ``int32``, ...) is an
+annotation too: no validator asserts it (jsonschema's format checker ignores unknown names), so
+it is removed and named the same way. A defined name stays with the policy (enforced, or
+refused: a format-asserting validator checks ``regex``, ``iri``, ...).
 """
 
 from __future__ import annotations
@@ -18,9 +23,19 @@ from grammars.errors import Unsupported
 from grammars.json_schema.canonical import escape_token, iter_subschemas, resolve_pointer
 from grammars.json_schema.keywords import KEYWORDS
 
-__all__ = ["IGNORED_REASON", "strip_unknown"]
+__all__ = ["FORMAT_REASON", "IGNORED_REASON", "SPEC_FORMATS", "strip_unknown"]
 
 IGNORED_REASON = "unknown keyword: an annotation under JSON Schema 2020-12, ignored for generation and validation"
+FORMAT_REASON = (
+    "format name not defined by JSON Schema 2020-12: an annotation no validator asserts, "
+    "ignored for generation and validation"
+)
+SPEC_FORMATS = frozenset(
+    {"date-time", "date", "time", "duration", "email", "idn-email", "hostname", "idn-hostname", "ipv4", "ipv6",
+     "uri", "uri-reference", "iri", "iri-reference", "uuid", "uri-template", "json-pointer",
+     "relative-json-pointer", "regex"}
+)  # fmt: skip
+"""The formats JSON Schema 2020-12 defines (Validation, section 7.3)."""
 
 
 def strip_unknown(schema: dict[str, Any]) -> tuple[dict[str, Any], tuple[Unsupported, ...]]:
@@ -32,14 +47,23 @@ def strip_unknown(schema: dict[str, Any]) -> tuple[dict[str, Any], tuple[Unsuppo
         for node in iter_subschemas(schema)
         if isinstance(node.value, dict)
         for key in node.value
-        if key not in KEYWORDS and f"{node.pointer}/{escape_token(key)}" not in targets
+        if (key not in KEYWORDS or (key == "format" and not _defined_format(node.value)))
+        and f"{node.pointer}/{escape_token(key)}" not in targets
     ]
     if not found:
         return schema, ()
     out = copy.deepcopy(schema)
     for pointer, key in found:
         resolve_pointer(out, pointer).pop(key, None)
-    return out, tuple(Unsupported(key, pointer, IGNORED_REASON) for pointer, key in found)
+    return out, tuple(
+        Unsupported(key, pointer, FORMAT_REASON if key == "format" else IGNORED_REASON) for pointer, key in found
+    )
+
+
+def _defined_format(value: dict[str, Any]) -> bool:
+    """A ``format`` the policy judges: a name JSON Schema defines (a format-asserting validator
+    checks it: it stays, and is enforced or refused); any other name no validator asserts."""
+    return value.get("format") in SPEC_FORMATS
 
 
 def _ref_targets(schema: dict[str, Any]) -> set[str]:

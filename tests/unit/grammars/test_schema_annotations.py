@@ -122,3 +122,39 @@ def test_a_schema_without_unknown_keywords_is_returned_as_is() -> None:
     checked = check_schema(schema)
     assert checked.schema is schema and checked.ignored == ()
     assert json.loads(checked.canonical) == schema
+
+
+FORMATS = {
+    "type": "object",
+    "properties": {
+        "url": {"type": "string", "format": "url"},
+        "blob": {"type": "string", "format": "byte"},
+        "n": {"type": "integer", "format": "int32"},
+        "day": {"type": "string", "format": "date"},
+    },
+}
+
+
+def test_a_format_json_schema_does_not_define_is_an_annotation() -> None:
+    """No validator asserts an undefined format name (jsonschema's format checker ignores it),
+    so removing it changes no verdict, even with formats asserted. A defined name stays."""
+    checked = check_schema(FORMATS)
+    assert sorted(_pairs(checked)) == [
+        ("format", "/properties/blob"),
+        ("format", "/properties/n"),
+        ("format", "/properties/url"),
+    ]
+    assert checked.schema["properties"]["day"] == {"type": "string", "format": "date"}
+    checker = Draft202012Validator.FORMAT_CHECKER
+    full = Draft202012Validator(FORMATS, format_checker=checker)
+    stripped = Draft202012Validator(checked.schema, format_checker=checker)
+    for value in ["not a url", "%%", "yesterday", 2**40, "2021-02-30", 1.5]:
+        for name in FORMATS["properties"]:
+            instance = {name: value}
+            assert full.is_valid(instance) == stripped.is_valid(instance), instance
+
+
+@pytest.mark.parametrize("fmt", ["regex", "iri", "idn-email"])
+def test_a_defined_format_the_grammar_does_not_enforce_stays_refused(fmt) -> None:
+    with pytest.raises(UnsupportedKeywordError):
+        check_schema({"type": "string", "format": fmt})
