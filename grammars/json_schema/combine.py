@@ -5,7 +5,10 @@ subschema means all of its keywords, so:
 - ``distribute_any_of``: ``{A, "anyOf": [B1, ..., Bn]}`` -> ``{"anyOf": [A∧B1, ..., A∧Bn]}``;
 - ``inline_ref``: ``{"$ref": R, A}`` -> ``T∧A`` with ``T`` the subschema ``R`` names (its
   ``$ref``s, absolute pointers, still resolve in place: nothing is moved);
-- ``reduce_all_of``: ``{A, "allOf": [B1, ..., Bn]}`` -> ``A∧B1∧...∧Bn``.
+- ``reduce_all_of``: ``{A, "allOf": [B1, ..., Bn]}`` -> ``A∧B1∧...∧Bn``;
+- ``pattern_into_declared``: a declared property whose name a ``patternProperties`` regex
+  matches must hold both schemas: its schema becomes ``P∧S`` (xgrammar checks a declared name
+  against its property schema only).
 
 ``A∧B`` (``combine``) is the object merge of ``rewrite.py`` when both are plain object schemas,
 else ``{**A, **B}`` when that means the same as ``allOf: [A, B]``: keywords both hold are
@@ -26,7 +29,7 @@ from typing import Any
 from grammars.json_schema.canonical import json_equal, resolve_pointer
 from grammars.json_schema.keywords import _NEUTRAL
 
-__all__ = ["combine", "distribute_any_of", "inline_ref", "reduce_all_of"]
+__all__ = ["combine", "distribute_any_of", "inline_ref", "pattern_into_declared", "reduce_all_of"]
 
 _READS: dict[str, frozenset[str]] = {
     "additionalProperties": frozenset({"properties", "patternProperties"}),
@@ -149,3 +152,24 @@ def inline_ref(value: dict[str, Any], root: Any, merge: Merge) -> bool:
         del value[key]
     value.update(result)
     return True
+
+
+def pattern_into_declared(value: dict[str, Any], merge: Merge) -> bool:
+    """Each declared property a ``patternProperties`` regex matches: ``P`` -> ``P∧S``."""
+    from grammars.json_schema.patterns import PatternError, search
+
+    props, patterns = value.get("properties"), value.get("patternProperties")
+    if not isinstance(props, dict) or not isinstance(patterns, dict):
+        return False
+    changed = False
+    for pattern, extra in patterns.items():
+        for name in list(props):
+            try:
+                if not search(pattern, name):
+                    continue
+            except PatternError:
+                return changed  # the policy refuses the pattern
+            both = combine(props[name], assertions(extra) if isinstance(extra, dict) else extra, merge)
+            if both is not None and both != props[name]:
+                props[name], changed = both, True
+    return changed

@@ -32,7 +32,7 @@ import itertools
 from typing import Any
 
 from grammars.json_schema.canonical import branches_disjoint, iter_subschemas, json_equal, resolve_pointer
-from grammars.json_schema.combine import distribute_any_of, inline_ref, reduce_all_of
+from grammars.json_schema.combine import distribute_any_of, inline_ref, pattern_into_declared, reduce_all_of
 from grammars.json_schema.folding import fold_values, types_disjoint
 from grammars.json_schema.keywords import _NEUTRAL
 
@@ -86,13 +86,15 @@ def _rewrite_node(value: dict[str, Any], pointer: str, original: Any, schema: An
             done.append(f"allOf at {where}")
         if free and "anyOf" in value and distribute_any_of(value, _merge):
             done.append(f"anyOf at {where}")
+        if free and "patternProperties" in value and pattern_into_declared(value, _merge):
+            done.append(f"patternProperties at {where}")
         if len(done) == before:
             break
     return done
 
 
 def _candidate(value: dict[str, Any]) -> bool:
-    return any(k in value for k in ("enum", "const", "$ref", "anyOf", *(k for k, _ in _STEPS)))
+    return any(k in value for k in ("enum", "const", "$ref", "anyOf", "patternProperties", *(k for k, _ in _STEPS)))
 
 
 def _folded(original: dict[str, Any]) -> str:

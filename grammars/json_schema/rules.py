@@ -12,7 +12,7 @@ from typing import Any
 
 from grammars.errors import Unsupported
 from grammars.json_schema.access import member_dict, member_list
-from grammars.json_schema.canonical import Node, branches_disjoint, pattern_problem
+from grammars.json_schema.canonical import Node, branches_disjoint, json_equal, pattern_problem
 from grammars.json_schema.keywords import (
     _APPLICATORS,
     _INFERRED_BY,
@@ -213,6 +213,31 @@ def _object_problems(value: dict[str, Any], pointer: str) -> list[Unsupported]:
     return out
 
 
+def implies(schema: Any, other: Any) -> bool:
+    """Whether every instance of ``schema`` is one of ``other``, read off their keywords:
+    ``other`` admits everything, or each of its assertions is in ``schema`` with the same value
+    (``type``: ``schema``'s types among ``other``'s)."""
+    if other is True or other == {}:
+        return True
+    if not isinstance(schema, dict) or not isinstance(other, dict):
+        return False
+    for key, want in other.items():
+        if key in _NEUTRAL:
+            continue
+        have = schema.get(key)
+        if key == "type" and have is not None:
+            mine, theirs = _types(have), _types(want)
+            if not mine <= theirs | ({"integer"} if "number" in theirs else set()):
+                return False
+        elif key not in schema or not json_equal(have, want):
+            return False
+    return True
+
+
+def _types(raw: Any) -> set[str]:
+    return {raw} if isinstance(raw, str) else {t for t in raw if isinstance(t, str)} if isinstance(raw, list) else set()
+
+
 def _pattern_properties_problem(patterns: dict[str, Any], props: dict[str, Any]) -> str | None:
     if len(patterns) > 1:
         return "xgrammar applies only one matching pattern per key: use a single pattern"
@@ -221,7 +246,7 @@ def _pattern_properties_problem(patterns: dict[str, Any], props: dict[str, Any])
     if reason:
         return reason
     try:
-        clash = [name for name in props if search(pattern, name)]
+        clash = [name for name in props if search(pattern, name) and not implies(props[name], patterns[pattern])]
     except PatternError:
         return None  # check_patterns refuses it
     if clash:

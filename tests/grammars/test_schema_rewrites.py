@@ -158,3 +158,32 @@ def test_rewritten_constructs_admit_no_invalid_instance(smollm2, name):
             failures.append(f"refuses valid {instance}")
     assert accepted >= 2, accepted
     assert not failures, failures[:10]
+
+
+PATTERN_OVER_DECLARED = {
+    "type": "object",
+    "properties": {"ab": {"type": ["string", "integer"]}, "c": {"type": "string"}},
+    "patternProperties": {"^a": {"type": ["integer", "null"]}},
+    "required": ["ab"],
+}
+"""Served by xgrammar only (``patternProperties`` is not routed to llguidance)."""
+
+
+def test_a_declared_name_a_pattern_matches_holds_both_schemas(smollm2):
+    """``ab`` must be an integer (string|integer and integer|null); an undeclared ``ax`` is
+    checked against the pattern's schema; through xgrammar's token matcher."""
+    tokenizer, compiler, _ = smollm2
+    checked = check_schema(PATTERN_OVER_DECLARED)  # refused before: ab clashes with ^a
+    assert checked.rewritten
+    served = json.loads(checked.canonical)
+    compiled = compile_text(compiler, "json_schema", checked.canonical)
+    valid = Draft202012Validator(PATTERN_OVER_DECLARED)
+    instances = [{**d, **extra} for d in _domain(PATTERN_OVER_DECLARED) for extra in ({}, {"ax": 1}, {"ax": "x"})]
+    failures, accepted = [], 0
+    for instance in instances:
+        by_xgrammar = walk_tokens(compiled, tokenizer, grammar_text(instance, served)).accepted
+        accepted += by_xgrammar
+        if by_xgrammar and not valid.is_valid(instance):
+            failures.append(f"admits invalid {instance}")
+    assert accepted >= 2, accepted
+    assert not failures, failures[:10]

@@ -69,6 +69,11 @@ ACCEPTED: dict[str, dict[str, Any]] = {
     },
     "pattern classes are safe": {"type": "string", "pattern": '^[^"\\\\]+\\s[ -~]\\W.[^\\n]$'},
     "patternProperties alone": {"type": "object", "patternProperties": {"^x_.*$": I}, "additionalProperties": False},
+    "patternProperties over a declared name it implies": {
+        "type": "object",
+        "properties": {"ab": {"type": "integer", "minimum": 0}, "c": S},
+        "patternProperties": {"^a": {"type": "number"}},
+    },
     "minProperties without undeclared keys": {"type": "object", "properties": {"a": I, "b": I}, "minProperties": 1},
     "unevaluated as additional": {"type": "object", "properties": {"a": I}, "unevaluatedProperties": False},
     "annotations": {

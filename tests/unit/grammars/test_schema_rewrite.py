@@ -89,3 +89,14 @@ def test_disjoint_types_are_read_from_the_client_branches() -> None:
     assert not Draft202012Validator(schema).is_valid("x")
     with pytest.raises(UnsupportedKeywordError):
         check_schema(schema)
+
+
+def test_a_declared_name_a_pattern_matches_takes_both_schemas() -> None:
+    from tests.grammars.test_schema_rewrites import PATTERN_OVER_DECLARED
+
+    rewritten, done = rewrite_exact(PATTERN_OVER_DECLARED)
+    assert done == ("patternProperties at /",)
+    assert rewritten["properties"]["ab"] == {"type": "integer"}
+    before, after = Draft202012Validator(PATTERN_OVER_DECLARED), Draft202012Validator(rewritten)
+    for instance in _domain(PATTERN_OVER_DECLARED):
+        assert before.is_valid(instance) == after.is_valid(instance), instance
