@@ -13,6 +13,12 @@
   type, so at most one branch holds and ``oneOf`` means ``anyOf``. Only declared types are
   evidence: narrowing a branch (strict mode) never makes it disjoint here.
 
+- ``lengths_in_pattern``: ``minLength``/``maxLength`` beside an anchored ``pattern``
+  (``^...$``, no top-level ``|``) whose every match already has a length within them (the
+  regex's width: ``^[0-9a-f]{8}-...{12}$`` is 36 characters) are implied by it: removed, so
+  that the one string keyword left is enforced. Each regex atom the policy lets through
+  matches one character, never an escape.
+
 Pure: imports neither torch, sglang, fastapi nor a grammar library.
 """
 
@@ -23,7 +29,7 @@ from typing import Any
 from grammars.json_schema.canonical import resolve_pointer
 from grammars.json_schema.keywords import _NEUTRAL
 
-__all__ = ["fold_values", "types_disjoint"]
+__all__ = ["fold_values", "lengths_in_pattern", "types_disjoint"]
 
 _TYPES = frozenset({"null", "boolean", "integer", "number", "string", "array", "object"})
 _MAX_REF_HOPS = 8
@@ -107,3 +113,45 @@ def _type_of(value: Any) -> str:
         return "number"
     kinds = {type(None): "null", str: "string", list: "array", dict: "object"}
     return kinds.get(type(value), "object")
+
+
+def lengths_in_pattern(value: dict[str, Any]) -> bool:
+    """Drop ``minLength``/``maxLength`` that every full match of ``pattern`` satisfies."""
+    pattern, low, high = value.get("pattern"), value.get("minLength", 0), value.get("maxLength")
+    if not isinstance(pattern, str) or ("minLength" not in value and "maxLength" not in value):
+        return False
+    width = _width(pattern)
+    if width is None or not isinstance(low, int) or not (high is None or isinstance(high, int)):
+        return False
+    if width[0] < low or (high is not None and width[1] > high):
+        return False
+    value.pop("minLength", None)
+    value.pop("maxLength", None)
+    return True
+
+
+def _width(pattern: str) -> tuple[int, int] | None:
+    """(shortest, longest) match of an anchored ``^...$`` pattern, None when unsure (a form
+    ECMA and Python's parser read differently, or not anchored as a whole)."""
+    import re
+
+    if any(form in pattern for form in _UNSURE):
+        return None
+    try:
+        parsed = _parser().parse(pattern)
+    except (re.error, RecursionError, OverflowError):
+        return None
+    data = list(parsed.data)
+    if len(data) < 2 or str(data[0][1]) != "AT_BEGINNING" or str(data[-1][1]) != "AT_END":
+        return None
+    low, high = parsed.getwidth()
+    return int(low), int(high)
+
+
+def _parser() -> Any:
+    import importlib
+
+    return importlib.import_module("re._parser")
+
+
+_UNSURE = ("{,", "(?", "\\u", "\\c", "\\k", "\\p", "\\P")

@@ -33,7 +33,7 @@ from typing import Any
 
 from grammars.json_schema.canonical import branches_disjoint, iter_subschemas, json_equal, resolve_pointer
 from grammars.json_schema.combine import distribute_any_of, inline_ref, pattern_into_declared, reduce_all_of
-from grammars.json_schema.folding import fold_values, types_disjoint
+from grammars.json_schema.folding import fold_values, lengths_in_pattern, types_disjoint
 from grammars.json_schema.keywords import _NEUTRAL
 
 __all__ = ["MAX_DEPENDENT", "rewrite_exact"]
@@ -88,13 +88,16 @@ def _rewrite_node(value: dict[str, Any], pointer: str, original: Any, schema: An
             done.append(f"anyOf at {where}")
         if free and "patternProperties" in value and pattern_into_declared(value, _merge):
             done.append(f"patternProperties at {where}")
+        if "pattern" in value and lengths_in_pattern(value):
+            done.append(f"pattern at {where}")
         if len(done) == before:
             break
     return done
 
 
 def _candidate(value: dict[str, Any]) -> bool:
-    return any(k in value for k in ("enum", "const", "$ref", "anyOf", "patternProperties", *(k for k, _ in _STEPS)))
+    keys = ("enum", "const", "$ref", "anyOf", "patternProperties", "pattern", *(k for k, _ in _STEPS))
+    return any(k in value for k in keys)
 
 
 def _folded(original: dict[str, Any]) -> str:

@@ -96,6 +96,11 @@ CASES: dict[str, dict[str, Any]] = {
         "required": ["a"],
         "$defs": {"s": {"type": ["string", "number", "null"]}},
     },
+    "pattern implying its lengths": {
+        "type": "object",
+        "properties": {"a": {"type": "string", "pattern": "^[xy]{1,2}$", "minLength": 1, "maxLength": 2}},
+        "required": ["a"],
+    },
     "allOf of typed parts": {
         "type": "object",
         "properties": {"a": {"allOf": [{"type": ["string", "number"]}, {"not": {"type": "number"}}, {"maxLength": 3}]}},

@@ -132,7 +132,7 @@ REPORTED: dict[str, tuple[dict[str, Any], list[tuple[str, str]]]] = {
     "oneOf ref arm": ({"$defs": {"i": I}, "oneOf": [{"$ref": "#/$defs/i"}, N]}, [("oneOf", "")]),
     "typeless string keywords": (
         {"pattern": "^a$", "minLength": 1, "format": "date"},
-        [("pattern", ""), ("minLength", ""), ("format", "")],
+        [("pattern", ""), ("format", "")],
     ),
     "typeless numeric keywords": ({"minimum": 1, "exclusiveMaximum": 3}, [("minimum", ""), ("exclusiveMaximum", "")]),
     "typeless uninferred object/array": (

@@ -50,6 +50,9 @@ def test_the_policy_serves_what_it_refused_before() -> None:
         {"allOf": [{"type": "string", "maxLength": 3}, {"maxLength": 2}]},
         {"type": "integer", "anyOf": [{"type": "integer"}, {"type": "string"}]},
         {"allOf": [{"type": "array", "prefixItems": [{"type": "string"}]}, {"items": {"type": "integer"}}]},
+        {"type": "string", "pattern": "^[a-f]{2,5}$", "minLength": 3},
+        {"type": "string", "pattern": "[a-f]{3}", "maxLength": 3},
+        {"type": "string", "pattern": "^a$|^bb$", "maxLength": 1},
         {"type": "number", "not": {"type": "integer"}},
         {"type": "object", "properties": {"a": {}}, "additionalProperties": True, "dependentRequired": {"a": ["b"]}},
         {"type": "object", "properties": {"a": {}}, "dependentRequired": {"a": ["undeclared"]}},
@@ -100,3 +103,12 @@ def test_a_declared_name_a_pattern_matches_takes_both_schemas() -> None:
     before, after = Draft202012Validator(PATTERN_OVER_DECLARED), Draft202012Validator(rewritten)
     for instance in _domain(PATTERN_OVER_DECLARED):
         assert before.is_valid(instance) == after.is_valid(instance), instance
+
+
+def test_lengths_a_pattern_implies_are_dropped_and_nothing_else() -> None:
+    schema = {"type": "string", "pattern": "^[0-9a-f]{4}-([0-9a-f]{2}:){2}$", "minLength": 1, "maxLength": 11}
+    rewritten, done = rewrite_exact(schema)
+    assert done == ("pattern at /",) and set(rewritten) == {"type", "pattern"}
+    before, after = Draft202012Validator(schema), Draft202012Validator(rewritten)
+    for text in ["", "abcd-12:34:", "abcd-12:34", "abcd-12:34:x", "0000-00:00:", "zzzz-12:34:", "x" * 11, "a" * 12]:
+        assert before.is_valid(text) == after.is_valid(text), text
