@@ -36,15 +36,13 @@ ensure_base() {
 }
 
 # A build needs about 25 GB free (the dependency layer is ~7 GB, held twice while podman commits
-# it). Reclaimed first: what an interrupted build left in /var/tmp, untagged images of earlier
-# builds and, when space is still short, every cached layer but the Debian base (the build then
-# starts over: ~11 minutes).
-NEED_GB=25
+# it). Reclaimed first: what an interrupted build left in /var/tmp and, when space is still short,
+# every image but the Debian base (the build then starts over: ~11 minutes). Untagged images are
+# not pruned otherwise: the dependency stage's image is one of them, and it is the layer cache.
 reclaim() {
   if ! pgrep -x podman >/dev/null && ! pgrep -x buildah >/dev/null; then
     find /var/tmp -maxdepth 1 \( -name 'buildah[0-9]*' -o -name 'storage[0-9]*' \) -exec rm -rf {} +
   fi
-  podman image prune -f >/dev/null || true
   local free; free="$(df --output=avail -BG /var/lib/containers 2>/dev/null | tail -1 | tr -dc 0-9)"
   if [ -n "$free" ] && [ "$free" -lt "$NEED_GB" ]; then
     log "${free} GB free (< ${NEED_GB}): removing the cached layers of earlier builds"
