@@ -10,8 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.api.conftest import C8_BUDGET
 from tests.api.test_disconnect import assert_pool_consistent, kv_used, wait_for_kv
-from tests.conftest import C8_BUDGET
 
 
 def scrape(server) -> dict:

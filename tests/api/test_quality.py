@@ -6,13 +6,13 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import _server
+from tests.conftest import start_server
 from tests.prompts import CAPITAL_MESSAGES
 
 
 @pytest.fixture(scope="module")
 def smol_c8_server(assets):
-    server = _server(assets.smollm2, "smol-c8", STRUCTSERVE_KV_CACHE="c8_dynamic")
+    server = start_server(assets.smollm2, "smol-c8", STRUCTSERVE_KV_CACHE="c8_dynamic")
     yield server
     assert server.stop() == 0
 

@@ -45,7 +45,7 @@ def poisoned_copy(model_dir, out):
     return out
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def fault_server(assets, tmp_path_factory):
     model = poisoned_copy(assets.qwen3_tiny, tmp_path_factory.mktemp("poisoned") / assets.qwen3_tiny.name)
     server = ServerProcess(
