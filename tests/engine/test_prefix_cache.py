@@ -1,6 +1,6 @@
 """Combined-block prefix reuse in the real engine: greedy outputs with the cache off, with
 SGLang's radix cache and with ours (C = 4, 16-token pages) are identical (float32, so numerics
-cannot explain a difference) on 200 prompts (tiny Qwen3; a subset on SmolLM2); ours reuses only
+cannot explain a difference) on 100 prompts (tiny Qwen3; a subset on SmolLM2); ours reuses only
 whole 64-token units. The pool is small enough that the tree evicts; afterwards the pool census
 balances (free + tree == total, no page both cached and free, no double free) and the event
 stream replays to exactly the pages in the tree."""
@@ -17,7 +17,7 @@ from pathlib import Path
 from runtime_ext.config import RuntimeExtConfig
 from runtime_ext.prefix_cache.events import replay
 
-N_TOKENS, N_PROMPTS, UNIT, PAGE = 6, 200, 4 * 16, 16
+N_TOKENS, N_PROMPTS, UNIT, PAGE = 6, 100, 4 * 16, 16
 
 
 def shared_prefix_prompts(vocab: int, n: int = N_PROMPTS, seed: int = 0) -> list[list[int]]:
