@@ -39,6 +39,7 @@ ensure_base() {
 # it). Reclaimed first: what an interrupted build left in /var/tmp and, when space is still short,
 # every image but the Debian base (the build then starts over: ~11 minutes). Untagged images are
 # not pruned otherwise: the dependency stage's image is one of them, and it is the layer cache.
+NEED_GB=25
 reclaim() {
   if ! pgrep -x podman >/dev/null && ! pgrep -x buildah >/dev/null; then
     find /var/tmp -maxdepth 1 \( -name 'buildah[0-9]*' -o -name 'storage[0-9]*' \) -exec rm -rf {} +
