@@ -36,13 +36,17 @@ ensure_base() {
 }
 
 # A build needs about 25 GB free (the dependency layer is ~7 GB, held twice while podman commits
-# it). Reclaimed first: what an interrupted build left in /var/tmp and, when space is still short,
-# every image but the Debian base (the build then starts over: ~11 minutes). Untagged images are
-# not pruned otherwise: the dependency stage's image is one of them, and it is the layer cache.
+# it). Reclaimed first: what an interrupted build left (/var/tmp copies, buildah working
+# containers) and, when space is still short, every image but the Debian base (the build then
+# starts over: ~11 minutes). Untagged images are not pruned otherwise: the dependency stage's image
+# is one of them, and it is the layer cache.
 NEED_GB=25
 reclaim() {
   if ! pgrep -x podman >/dev/null && ! pgrep -x buildah >/dev/null; then
     find /var/tmp -maxdepth 1 \( -name 'buildah[0-9]*' -o -name 'storage[0-9]*' \) -exec rm -rf {} +
+    # and its working containers, one per step, each holding its layer (GBs for the venv steps)
+    podman ps -a --external --format '{{.ID}} {{.Names}}' | awk '$2 ~ /-working-container/ {print $1}' \
+      | xargs -r podman rm -f >/dev/null 2>&1 || true
   fi
   local free; free="$(df --output=avail -BG /var/lib/containers 2>/dev/null | tail -1 | tr -dc 0-9)"
   if [ -n "$free" ] && [ "$free" -lt "$NEED_GB" ]; then
