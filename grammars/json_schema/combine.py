@@ -103,6 +103,13 @@ def _side_by_side(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return True
 
 
+def _restate(value: dict[str, Any], result: dict[str, Any]) -> None:
+    """``value``'s assertions replaced by ``result`` (its annotations and containers kept)."""
+    for key in assertions(value):
+        del value[key]
+    value.update(result)
+
+
 def distribute_any_of(value: dict[str, Any], merge: Merge) -> bool:
     """``{A, anyOf: [B...]}`` -> ``{anyOf: [A∧B...]}``."""
     branches, own = value.get("anyOf"), assertions(value, but="anyOf")
@@ -128,9 +135,7 @@ def reduce_all_of(value: dict[str, Any], merge: Merge) -> bool:
         result = combine(result, part, merge)
         if result is None:
             return False
-    for key in assertions(value):
-        del value[key]
-    value.update(result)
+    _restate(value, result)
     return True
 
 
@@ -148,9 +153,7 @@ def inline_ref(value: dict[str, Any], root: Any, merge: Merge) -> bool:
     result = combine(assertions(target), own, merge)
     if result is None:
         return False
-    for key in assertions(value):
-        del value[key]
-    value.update(result)
+    _restate(value, result)
     return True
 
 

@@ -1,4 +1,4 @@
-"""Two exact rewrites that read the client's original schema (``rewrite.py`` runs them).
+"""Three exact rewrites (the first two read the client's original schema; ``rewrite.py`` runs them).
 
 - ``fold_values``: a subschema with ``enum``/``const`` (its own, or an ``allOf`` branch's)
   admits at most those values, so it is restated as the ``enum`` of the values the whole
@@ -26,12 +26,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from grammars.json_schema.canonical import resolve_pointer
+from grammars.json_schema.canonical import _JSON_TYPES, resolve_pointer
 from grammars.json_schema.keywords import _NEUTRAL
 
 __all__ = ["fold_values", "lengths_in_pattern", "types_disjoint"]
 
-_TYPES = frozenset({"null", "boolean", "integer", "number", "string", "array", "object"})
 _MAX_REF_HOPS = 8
 _PLAIN = frozenset({"enum", "const"})
 
@@ -86,7 +85,7 @@ def _declared(branch: Any, root: Any, hops: int) -> frozenset[str] | None:
     raw = branch.get("type")
     if isinstance(raw, str):
         raw = [raw]
-    if isinstance(raw, list) and raw and all(isinstance(t, str) and t in _TYPES for t in raw):
+    if isinstance(raw, list) and raw and all(isinstance(t, str) and t in _JSON_TYPES for t in raw):
         return frozenset(raw)
     listed = [branch["const"]] if "const" in branch else branch.get("enum")
     if isinstance(listed, list) and listed:

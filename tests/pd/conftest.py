@@ -15,13 +15,9 @@ def pd(assets, tmp_path_factory):
         import mooncake.engine  # noqa: F401
     except ImportError as exc:  # make pd installs it; make test runs make pd
         raise RuntimeError(f"Mooncake's transfer engine does not load ({exc}): run `make pd`") from exc
-    global _TOPOLOGY
-    _TOPOLOGY = PDTopology.start(assets.qwen3_tiny, tmp_path_factory.mktemp("pd"))
-    yield _TOPOLOGY
-    _TOPOLOGY.stop()
-
-
-_TOPOLOGY: PDTopology | None = None
+    topology = PDTopology.start(assets.qwen3_tiny, tmp_path_factory.mktemp("pd"))
+    yield topology
+    topology.stop()
 
 
 @pytest.hookimpl(wrapper=True)
@@ -29,7 +25,8 @@ def pytest_runtest_makereport(item, call):
     """A failed PD test carries the tails of the prefill, decode and gateway logs (a transfer that
     hangs shows only as a client timeout otherwise)."""
     report = yield
-    if report.failed and _TOPOLOGY is not None:
-        for title, text in _TOPOLOGY.log_tails():
+    topology = getattr(item, "funcargs", {}).get("pd")
+    if report.failed and isinstance(topology, PDTopology):
+        for title, text in topology.log_tails():
             report.sections.append((f"pd {title} log", text))
     return report
