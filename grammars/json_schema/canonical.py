@@ -1,6 +1,5 @@
 """Schema-structure helpers for the policy: subschema walk, JSON pointers, ``$ref``
-following, canonical text, and two analyses xgrammar's behaviour needs (``pattern``
-safety, ``oneOf`` disjointness as xgrammar proves it). Pure stdlib.
+following, canonical text, and ``pattern`` safety for xgrammar. Pure stdlib.
 
 Contracts:
 - ``iter_subschemas`` and ``json_depth_exceeds`` are iterative (no recursion), so any
@@ -20,7 +19,6 @@ __all__ = [
     "SCHEMA_MAP_KEYWORDS",
     "SCHEMA_SINGLE_KEYWORDS",
     "Node",
-    "branches_disjoint",
     "canonical_json",
     "deref",
     "escape_token",
@@ -197,12 +195,7 @@ def _canon_data(value: Any) -> Any:
     return value
 
 
-_COMBINATORS = ("$ref", "anyOf", "allOf", "oneOf")
 _JSON_TYPES = frozenset({"null", "boolean", "integer", "number", "string", "array", "object"})
-_XGR_ANNOTATIONS = frozenset(
-    {"title", "default", "description", "examples", "deprecated", "readOnly", "writeOnly", "$comment", "$schema"}
-)
-"""Keys xgrammar 0.2.7's oneOf prover tolerates beside ``type`` (the conservative set)."""
 _LOOKAROUNDS = ("(?=", "(?!", "(?<=", "(?<!")
 _ESCAPED_CODES = {"n": 0x0A, "r": 0x0D, "t": 0x09, "f": 0x0C, "v": 0x0B, "0": 0x00, "b": 0x08, "\\": 0x5C, '"': 0x22}
 _HEX_LENGTHS = {"x": 2, "u": 4}
@@ -263,60 +256,6 @@ def _escape_code(pattern: str, at: int) -> tuple[int | None, int]:
     return _ESCAPED_CODES.get(letter), 2
 
 
-def branches_disjoint(branches: list[Any]) -> bool:
-    """True when xgrammar 0.2.7 can prove the ``oneOf`` ``branches`` pairwise disjoint
-    (and so enforces oneOf exactly), mirroring its two provers: (1) every branch is
-    either ``const``/``enum`` or only a non-object ``type``, with no shared value or
-    type; (2) every branch is ``"type": "object"`` with one common required property
-    whose ``const``/``enum`` values differ between branches. Branches are not
-    dereferenced (xgrammar does not either)."""
-    return _discriminated(branches) or _typed_or_finite(branches)
-
-
-def _plain(branch: Any) -> bool:
-    return isinstance(branch, dict) and not any(k in branch for k in _COMBINATORS)
-
-
-def _finite(schema: Any) -> list[Any] | None:
-    if not isinstance(schema, dict):
-        return None
-    if "const" in schema:
-        return [schema["const"]]
-    enum = schema.get("enum")
-    return enum if isinstance(enum, list) and enum else None
-
-
-def _typed_or_finite(branches: list[Any]) -> bool:
-    arms: list[tuple[str, Any]] = []
-    for branch in branches:
-        values = _finite(branch) if _plain(branch) else None
-        types = _only_types(branch) if _plain(branch) and values is None else None
-        if values is None and types is None:
-            return False
-        arms.append(("values", values) if values is not None else ("types", types))
-    return all(not _arms_overlap(a, b) for i, a in enumerate(arms) for b in arms[i + 1 :])
-
-
-def _only_types(branch: dict[str, Any]) -> set[str] | None:
-    if "type" not in branch or any(k != "type" and k not in _XGR_ANNOTATIONS for k in branch):
-        return None
-    raw = branch["type"]
-    types = {raw} if isinstance(raw, str) else set(raw) if isinstance(raw, list) else set()
-    if not types or not all(isinstance(t, str) and t in _JSON_TYPES for t in types):
-        return None
-    return None if "object" in types else types
-
-
-def _arms_overlap(a: tuple[str, Any], b: tuple[str, Any]) -> bool:
-    if a[0] == b[0] == "types":
-        numeric = {"integer", "number"}
-        return bool(a[1] & b[1]) or bool(a[1] & numeric and b[1] & numeric)
-    if a[0] == b[0] == "values":
-        return any(json_equal(x, y) for x in a[1] for y in b[1])
-    values, types = (a[1], b[1]) if a[0] == "values" else (b[1], a[1])
-    return any(_value_has_type(v, types) for v in values)
-
-
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -330,45 +269,3 @@ def json_equal(x: Any, y: Any) -> bool:
     if isinstance(x, dict) and isinstance(y, dict):
         return x.keys() == y.keys() and all(json_equal(x[k], y[k]) for k in x)
     return type(x) is type(y) and x == y
-
-
-def _value_has_type(value: Any, types: set[str]) -> bool:
-    if _is_number(value):
-        return bool(types & {"integer", "number"})
-    kinds = {type(None): "null", bool: "boolean", str: "string", list: "array", dict: "object"}
-    return kinds.get(type(value)) in types
-
-
-def _discriminated(branches: list[Any]) -> bool:
-    if not branches:
-        return False
-    for key in _candidates(branches[0]):
-        values = [_discriminator_values(b, key) for b in branches]
-        if all(v is not None for v in values) and all(
-            not _arms_overlap(("values", a), ("values", b)) for i, a in enumerate(values) for b in values[i + 1 :]
-        ):
-            return True
-    return False
-
-
-def _candidates(branch: Any) -> list[str]:
-    if not isinstance(branch, dict):
-        return []
-    props = _props(branch)
-    return [k for k in _required(branch) if _finite(props.get(k)) is not None]
-
-
-def _discriminator_values(branch: Any, key: str) -> list[Any] | None:
-    if not _plain(branch) or branch.get("type") != "object" or key not in _required(branch):
-        return None
-    return _finite(_props(branch).get(key))
-
-
-def _required(schema: dict[str, Any]) -> list[str]:
-    required = schema.get("required")
-    return [n for n in required if isinstance(n, str)] if isinstance(required, list) else []
-
-
-def _props(schema: dict[str, Any]) -> dict[str, Any]:
-    props = schema.get("properties")
-    return props if isinstance(props, dict) else {}

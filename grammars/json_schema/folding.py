@@ -1,4 +1,4 @@
-"""Three exact rewrites (the first two read the client's original schema; ``rewrite.py`` runs them).
+"""Two exact rewrites (the first reads the client's original schema; ``rewrite.py`` runs them).
 
 - ``fold_values``: a subschema with ``enum``/``const`` (its own, or an ``allOf`` branch's)
   admits at most those values, so it is restated as the ``enum`` of the values the whole
@@ -7,12 +7,6 @@
   wrote it). Every sibling assertion (``not``, ``allOf``,
   ``if``/``then``/``else``, ``uniqueItems``, ...) is then enforced by the value list itself.
   Left as it is when no value passes (the policy refuses it) or a value cannot be checked.
-- ``types_disjoint``: the ``oneOf`` branches each declare a ``type`` (directly, or in the
-  subschema their ``$ref`` names, or through ``const``/``enum`` values), and no two declared
-  type sets meet (``integer`` meets ``number``). An instance then has at most one branch's
-  type, so at most one branch holds and ``oneOf`` means ``anyOf``. Only declared types are
-  evidence: narrowing a branch (strict mode) never makes it disjoint here.
-
 - ``lengths_in_pattern``: ``minLength``/``maxLength`` beside an anchored ``pattern``
   (``^...$``, no top-level ``|``) whose every match already has a length within them (the
   regex's width: ``^[0-9a-f]{8}-...{12}$`` is 36 characters) are implied by it: removed, so
@@ -26,12 +20,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from grammars.json_schema.canonical import _JSON_TYPES, resolve_pointer
+from grammars.json_schema.canonical import resolve_pointer
 from grammars.json_schema.keywords import _NEUTRAL
 
-__all__ = ["fold_values", "lengths_in_pattern", "types_disjoint"]
+__all__ = ["fold_values", "lengths_in_pattern"]
 
-_MAX_REF_HOPS = 8
 _PLAIN = frozenset({"enum", "const"})
 
 
@@ -65,53 +58,6 @@ def _values(value: dict[str, Any]) -> list[Any] | None:
             if isinstance(listed, list):
                 return listed
     return None
-
-
-def types_disjoint(branches: Any, root: Any) -> bool:
-    """True when no two ``branches`` can hold for one instance, by their declared types."""
-    if not isinstance(branches, list) or len(branches) < 2:
-        return False
-    declared = [_declared(b, root, _MAX_REF_HOPS) for b in branches]
-    if any(t is None for t in declared):
-        return False
-    sets = [_widened(t) for t in declared if t is not None]
-    return all(not (a & b) for i, a in enumerate(sets) for b in sets[i + 1 :])
-
-
-def _declared(branch: Any, root: Any, hops: int) -> frozenset[str] | None:
-    """The types every instance of ``branch`` has, or None when not declared."""
-    if not isinstance(branch, dict):
-        return None
-    raw = branch.get("type")
-    if isinstance(raw, str):
-        raw = [raw]
-    if isinstance(raw, list) and raw and all(isinstance(t, str) and t in _JSON_TYPES for t in raw):
-        return frozenset(raw)
-    listed = [branch["const"]] if "const" in branch else branch.get("enum")
-    if isinstance(listed, list) and listed:
-        return frozenset(_type_of(v) for v in listed)
-    ref = branch.get("$ref")
-    if hops > 0 and isinstance(ref, str) and ref.startswith("#/"):
-        try:
-            target = resolve_pointer(root, ref[1:])
-        except (KeyError, ValueError):
-            return None
-        return _declared(target, root, hops - 1)
-    return None
-
-
-def _widened(types: frozenset[str]) -> frozenset[str]:
-    """``integer`` and ``number`` meet: both stand for ``number`` here."""
-    return frozenset("number" if t == "integer" else t for t in types)
-
-
-def _type_of(value: Any) -> str:
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    kinds = {type(None): "null", str: "string", list: "array", dict: "object"}
-    return kinds.get(type(value), "object")
 
 
 def lengths_in_pattern(value: dict[str, Any]) -> bool:

@@ -11,10 +11,9 @@ Bottom-up, on a copy; a subschema with a ``$ref`` into what a rewrite moves is l
   An ``additionalProperties: false`` part keeps only its own names.
 - ``enum``/``const`` beside other assertions: the values the whole subschema admits
   (``folding.fold_values``, checked with the validator outputs are checked with), nothing else.
-- ``oneOf`` whose branches are provably disjoint (``canonical.branches_disjoint``: distinct
-  types or values, or a required const/enum discriminator property; or
-  ``folding.types_disjoint``: every branch declares a ``type``, directly or through its
-  ``$ref``, and no two declared type sets meet): ``anyOf``.
+- ``oneOf`` whose branches are provably disjoint (``disjoint.one_of_disjoint``, on the
+  client's branches: distinct declared types or values, a property one branch requires and
+  another forbids, or a required const/enum discriminator): ``anyOf``.
 - Assertions beside ``anyOf``/``$ref``/``allOf`` moved into one schema (``combine.py``):
   ``A∧B`` by the object merge below or side by side when no keyword reads the other's.
 - ``not`` of a ``type``: the complement type list (``number`` minus ``integer`` is not a type:
@@ -31,9 +30,10 @@ import copy
 import itertools
 from typing import Any
 
-from grammars.json_schema.canonical import branches_disjoint, iter_subschemas, json_equal, resolve_pointer
+from grammars.json_schema.canonical import iter_subschemas, json_equal, resolve_pointer
 from grammars.json_schema.combine import distribute_any_of, inline_ref, pattern_into_declared, reduce_all_of
-from grammars.json_schema.folding import fold_values, lengths_in_pattern, types_disjoint
+from grammars.json_schema.disjoint import one_of_disjoint
+from grammars.json_schema.folding import fold_values, lengths_in_pattern
 from grammars.json_schema.keywords import _NEUTRAL
 
 __all__ = ["MAX_DEPENDENT", "rewrite_exact"]
@@ -71,8 +71,8 @@ def _rewrite_node(value: dict[str, Any], pointer: str, original: Any, schema: An
     if free and fold_values(value, schema, pointer):
         return [f"{_folded(original)} at {where}"]
     done = []
-    # the client's branches, not the rewritten ones: a merge may have narrowed a branch's type
-    if "oneOf" in value and types_disjoint(original.get("oneOf"), schema) and "anyOf" not in value:
+    # the client's branches, not the rewritten ones: a merge may have narrowed a branch
+    if "oneOf" in value and "anyOf" not in value and one_of_disjoint(original.get("oneOf"), schema, original):
         value["anyOf"] = value.pop("oneOf")
         done.append(f"oneOf at {where}")
     for _ in range(_ROUNDS):  # what one step brings together, the next may restate
@@ -96,7 +96,7 @@ def _rewrite_node(value: dict[str, Any], pointer: str, original: Any, schema: An
 
 
 def _candidate(value: dict[str, Any]) -> bool:
-    keys = ("enum", "const", "$ref", "anyOf", "patternProperties", "pattern", *(k for k, _ in _STEPS))
+    keys = ("enum", "const", "$ref", "anyOf", "oneOf", "patternProperties", "pattern", *(k for k, _ in _STEPS))
     return any(k in value for k in keys)
 
 
@@ -190,14 +190,6 @@ def _independent(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return not keys & _INTERACTING and all(json_equal(a[k], b[k]) for k in set(a) & set(b))
 
 
-def disjoint_one_of(value: dict[str, Any]) -> bool:
-    branches = value.get("oneOf")
-    if "anyOf" in value or not isinstance(branches, list) or not branches_disjoint(branches):
-        return False
-    value["anyOf"] = value.pop("oneOf")
-    return True
-
-
 def negated(value: dict[str, Any]) -> bool:
     """``not`` of a type (complement type list) or of values (filtered sibling enum)."""
     inner = value.get("not")
@@ -274,7 +266,6 @@ def _arm(base: dict[str, Any], deps: dict[str, list[str]], present: tuple[bool, 
 
 _STEPS = (
     ("allOf", merge_all_of),
-    ("oneOf", disjoint_one_of),
     ("not", negated),
     ("dependentRequired", dependent_required),
 )

@@ -12,7 +12,7 @@ from typing import Any
 
 from grammars.errors import Unsupported
 from grammars.json_schema.access import member_dict, member_list
-from grammars.json_schema.canonical import Node, branches_disjoint, json_equal, pattern_problem
+from grammars.json_schema.canonical import Node, json_equal, pattern_problem
 from grammars.json_schema.keywords import (
     _APPLICATORS,
     _INFERRED_BY,
@@ -103,15 +103,17 @@ def _applicator_problems(value: dict[str, Any], pointer: str) -> list[Unsupporte
                 "allOf", pointer, "xgrammar does not intersect several allOf branches; merge them into one schema"
             )
         )
-    if first == "oneOf" and not branches_disjoint(branches):
+    # the rewrite turned every oneOf the client's branches prove disjoint into anyOf; what is
+    # left is unproven, or a $ref points into it (the proof needs the client's branches)
+    if first == "oneOf" and len(branches) > 1:
         out.append(
             Unsupported(
                 "oneOf",
                 pointer,
-                "xgrammar cannot prove the branches disjoint, "
-                "so it enforces anyOf; use branches that are only a non-object "
-                "type or const/enum, or objects with a required const/enum "
-                "discriminator property, or use anyOf",
+                "the branches are not provably disjoint (a grammar enforces anyOf, not 'exactly one'); "
+                "give them distinct types or const/enum values, a required const/enum discriminator "
+                "property, or a required property the other branches forbid (additionalProperties: "
+                "false), or use anyOf",
             )
         )
     return out

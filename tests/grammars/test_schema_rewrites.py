@@ -2,7 +2,7 @@
 
 For each construct (``allOf`` of objects, a discriminated ``oneOf``, ``not`` of a type or of
 values, ``dependentRequired``, ``enum`` folded with its siblings, ``oneOf`` disjoint by declared
-types), every instance of a bounded domain (each declared property
+types or by required names), every instance of a bounded domain (each declared property
 absent or one of a few values of every JSON type) is serialized as the grammar emits it and
 run through the real token matchers (llguidance as the service routes it, and xgrammar) with
 SmolLM2's tokenizer. Checked per instance, against jsonschema on the client's original schema:
@@ -46,6 +46,14 @@ CASES: dict[str, dict[str, Any]] = {
             {"type": "object", "properties": {"k": {"const": "x"}, "v": {"type": "string"}}, "required": ["k", "v"]},
             {"type": "object", "properties": {"k": {"const": "y"}, "v": {"type": "integer"}}, "required": ["k"]},
         ]
+    },
+    "oneOf by required names": {
+        "type": "object",
+        "oneOf": [
+            {"properties": {"a": {"type": "string"}}, "required": ["a"], "additionalProperties": False},
+            {"properties": {"b": {"type": "integer"}}, "required": ["b"], "additionalProperties": False},
+            {"properties": {"c": {"type": "string"}}, "required": ["c"], "additionalProperties": False},
+        ],
     },
     "not of types": {
         "type": "object",

@@ -9,7 +9,6 @@ import pytest
 
 from grammars.json_schema import check_schema
 from grammars.json_schema.canonical import (
-    branches_disjoint,
     canonical_json,
     iter_subschemas,
     json_depth_exceeds,
@@ -114,40 +113,6 @@ def test_walk_pointers_and_resolution() -> None:
 def test_pattern_problem(pattern: str, problem: str | None) -> None:
     found = pattern_problem(pattern)
     assert found is None if problem is None else problem in (found or "")
-
-
-I, N, S, O = ({"type": t} for t in ("integer", "number", "string", "object"))
-
-
-@pytest.mark.parametrize(
-    ("branches", "disjoint"),
-    [
-        ([I, S, {"type": ["null", "boolean"]}], True),
-        ([I, N], False),
-        ([{"enum": [1, "a"]}, {"enum": [1.0]}], False),
-        ([{"enum": [1, "a"]}, {"const": True}, S], False),  # "a" is a string
-        ([{"enum": [1]}, {"const": True}, {"type": "array"}], True),
-        ([O, S], False),  # object arms need a discriminator
-        ([{"type": "array", "items": I}, S], False),  # only bare types count
-        ([{"$ref": "#/$defs/i"}, S], False),  # branches are not dereferenced
-        (
-            [
-                {"type": "object", "properties": {"k": {"const": "a"}}, "required": ["k"]},
-                {"type": "object", "properties": {"k": {"enum": ["b", "c"]}, "v": I}, "required": ["v", "k"]},
-            ],
-            True,
-        ),
-        (
-            [
-                {"type": "object", "properties": {"k": {"const": "a"}}, "required": ["k"]},
-                {"properties": {"k": {"const": "b"}}, "required": ["k"]},
-            ],
-            False,
-        ),  # no "type"
-    ],
-)
-def test_branches_disjoint_mirrors_xgrammar(branches: list[Any], disjoint: bool) -> None:
-    assert branches_disjoint(branches) is disjoint
 
 
 def test_json_equal() -> None:
