@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from runtime_ext.config import RuntimeExtConfig
+from tests.engine.together import together
 
 N_TOKENS = 24
 POOLS: dict[str, dict] = {}  # the last run's pool report per mode
@@ -106,14 +107,19 @@ def test_c8_serves_and_tracks_the_unquantized_cache(assets, model, tmp_path):
     calibration.save(calib)
     if model == "qwen3_tiny":
         prompt_ids.append(outlier_prompt(model_dir, calibration))
-    ref = run(model_dir, prompt_ids, "bf16")
+    modes = ["bf16"]
     if model == "qwen3_tiny":  # SmolLM2 with C8-D: tests/api/test_quality.py's server (suite time)
-        compare(f"{model} c8_dynamic (kv_rotation kv)", ref, run(model_dir, prompt_ids, "c8_dynamic"))
+        modes.append("c8_dynamic")
+    # SmolLM2: C8-S alone is C8-S+R without its residuals (suite time)
     static_modes = ("c8_static", "c8_static_residual") if model == "qwen3_tiny" else ("c8_static_residual",)
-    runs = {
-        mode: run(model_dir, prompt_ids, mode, env=RuntimeExtConfig(kv_calibration=calib).to_env())
-        for mode in static_modes  # SmolLM2: C8-S alone is C8-S+R without its residuals (suite time)
-    }
+    modes += static_modes
+    static_env = RuntimeExtConfig(kv_calibration=calib).to_env()
+    calls = [lambda m=m: run(model_dir, prompt_ids, m, env=static_env if m in static_modes else None) for m in modes]
+    done = dict(zip(modes, together(*calls)))
+    ref = done.pop("bf16")
+    runs = {mode: done[mode] for mode in static_modes}
+    if "c8_dynamic" in done:
+        compare(f"{model} c8_dynamic (kv_rotation kv)", ref, done["c8_dynamic"])
     for mode, quant in runs.items():
         compare(f"{model} {mode}", ref, quant)
     residual = POOLS["c8_static_residual"]
