@@ -26,6 +26,8 @@ Knobs:
 - ``kv_kernels``: ``native`` (the C8 KV store and read compiled for this CPU, ``runtime_ext.ops.kv_cpu``;
   equal to the reference) or ``reference`` (the torch reference only, for A/B measurements). Like
   ``attention`` it has no service setting: the environment's value is kept.
+- ``fast_forward``: tokens an llguidance grammar forces are appended and computed in one extend
+  step instead of one decode step each (``runtime_ext.grammar_fast_forward``).
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ _KV_ROTATION = "STRUCTSERVE_KV_ROTATION"  # also the settings variable for kv_ro
 _ADMISSION = "STRUCTSERVE_RUNTIME_ADMISSION"
 _RESERVE_RATIO = "STRUCTSERVE_RUNTIME_RESERVE_RATIO"
 _KV_KERNELS = "STRUCTSERVE_KV_KERNELS"
+_FAST_FORWARD = "STRUCTSERVE_GRAMMAR_FAST_FORWARD"
 ENV_NAMES = (
     _KV_CALIBRATION,
     _QUANT,
@@ -81,6 +84,7 @@ ENV_NAMES = (
     _ADMISSION,
     _RESERVE_RATIO,
     _KV_KERNELS,
+    _FAST_FORWARD,
 )
 Admission = Literal["sglang", "budget"]
 ADMISSIONS: tuple[Admission, ...] = ("sglang", "budget")
@@ -103,6 +107,7 @@ class RuntimeExtConfig:
     admission: Admission = "sglang"
     reserve_ratio: float = 1.0
     kv_kernels: KVKernels = "native"
+    fast_forward: bool = False
 
     def require_kv_calibration(self) -> Path:
         if self.kv_calibration is None:
@@ -118,6 +123,7 @@ class RuntimeExtConfig:
             _ADMISSION: self.admission,
             _RESERVE_RATIO: repr(self.reserve_ratio),
             _KV_KERNELS: self.kv_kernels,
+            _FAST_FORWARD: "1" if self.fast_forward else "0",
         }
         if self.kv_calibration is not None:
             env[_KV_CALIBRATION] = str(self.kv_calibration)
@@ -152,6 +158,7 @@ class RuntimeExtConfig:
             admission=_one_of(_ADMISSION, environ.get(_ADMISSION, "sglang"), ADMISSIONS),
             reserve_ratio=float(environ.get(_RESERVE_RATIO, "1.0")),
             kv_kernels=_one_of(_KV_KERNELS, environ.get(_KV_KERNELS, "native"), KV_KERNELS),
+            fast_forward=environ.get(_FAST_FORWARD, "0") == "1",
         )
 
 

@@ -37,6 +37,7 @@ def plugin_report() -> SchedulerReport:
         "admission": state.admission.report(),
         "attention": state.attention.report(),
         "grammar": state.grammar.report(),
+        "fast_forward": _fast_forward_report(),
         "pd": _pd_report(),
     }
     return SchedulerReport(
@@ -54,6 +55,13 @@ def plugin_report() -> SchedulerReport:
 def _pd_report() -> dict[str, int]:
     """Prefill/decode link-down counts in this process (non-zero only in a decode scheduler)."""
     from runtime_ext.pd.link_down import STATS
+
+    return STATS.report()
+
+
+def _fast_forward_report() -> dict[str, Any]:
+    """Grammar fast-forward in this process: decode steps, spans appended, their tokens."""
+    from runtime_ext.grammar_fast_forward import STATS
 
     return STATS.report()
 
@@ -152,7 +160,7 @@ def register() -> None:
         return
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    from runtime_ext import grammar_cache, grammar_route
+    from runtime_ext import grammar_cache, grammar_fast_forward, grammar_route
     from runtime_ext.admission import sglang_adder as admission
     from runtime_ext.attention import native
     from runtime_ext.config import RuntimeExtConfig
@@ -171,6 +179,7 @@ def register() -> None:
     grammar_token_sync.register(HookRegistry, HookType)  # no all-reduce of grammar tokens on one rank
     grammar_route.register(HookRegistry, HookType, state.grammar)  # %llguidance grammars to llguidance
     grammar_cache.register(HookRegistry, HookType)  # SGLang's and xgrammar's grammar caches bounded
+    grammar_fast_forward.register(HookRegistry, HookType, config.fast_forward)  # forced tokens: no decode step
     kv_hooks.register(HookRegistry, HookType, state.kv_cache)  # kv_cache_dtype="c8_dynamic"
     native.register(state.attention)  # torch_native attention: new queries only, gathered KV rows, batched decode
     quant_methods.register(HookRegistry, HookType, state.quant, config)  # quantization="structserve_w8a8_dynamic"..

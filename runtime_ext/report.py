@@ -30,6 +30,7 @@ SECTIONS = (
     "admission",
     "attention",
     "grammar",
+    "fast_forward",
     "pd",
     "kv_pool",
     "kv_census",

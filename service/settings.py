@@ -94,6 +94,9 @@ class GrammarSettings(BaseModel):
     # a schema whose grammar is looser than the schema: a finished output failing validation is
     # generated again (seed advanced) up to this many more times (service/pipeline/resample.py)
     resample_attempts: int = Field(2, ge=0, le=8)
+    # tokens an llguidance grammar forces are appended and computed in one extend step instead of
+    # one decode step each (docs/structured-output.md); needs engine.disable_overlap_schedule
+    fast_forward: bool = False
 
 
 class ReasoningSettings(BaseModel):

@@ -41,7 +41,7 @@ from runtime_ext.quant.monitor import MonitorConfig, MonitorConfigError, modules
 from runtime_ext.quant.policy import GROUP_SIZES, QuantPolicy, check_keep, fused_module, linear_layer_names, shards
 from runtime_ext.quant.sensitivity import load_scores, load_sensitive_layers
 from service.engine import EngineOptions
-from service.settings import Settings
+from service.settings import EngineSettings, Settings
 
 log = logging.getLogger(__name__)
 STATIC_MODES = ("c8_static", "c8_static_residual")
@@ -219,11 +219,25 @@ class EngineSetup:
     runtime: RuntimeExtConfig  # what the scheduler processes read
 
 
+def fast_forward_engine(fast_forward: bool, engine: EngineSettings) -> EngineSettings:
+    """``engine`` with the overlap schedule off when grammar fast-forward is on: under overlap the
+    next decode step is already launched when a step's tokens are processed, so forced tokens
+    could not be appended before it runs (runtime_ext.grammar_fast_forward)."""
+    if not fast_forward or engine.disable_overlap_schedule:
+        return engine
+    log.warning(
+        "grammar.fast_forward: the overlap schedule is turned off (engine.disable_overlap_schedule: true): "
+        "forced tokens are appended between decode steps, which the overlap schedule runs back to back"
+    )
+    return engine.model_copy(update={"disable_overlap_schedule": True})
+
+
 def engine_setup(settings: Settings, info: ModelInfo) -> EngineSetup:
     """Check the KV-cache and quantization settings against the model; build the engine's
     options and the scheduler's config (nothing written yet)."""
     calib = check_kv_cache(settings, info)
     engine = settings.engine.model_copy(update={"max_total_tokens": pool_tokens(settings, info, calib)})
+    engine = fast_forward_engine(settings.grammar.fast_forward, engine)
     method, policy = quant_setup(settings, info)
     prefix = settings.prefix_cache
     runtime = replace(  # the attention choice has no setting: it stays what the environment says
@@ -236,6 +250,7 @@ def engine_setup(settings: Settings, info: ModelInfo) -> EngineSetup:
         quant_monitor=monitor_setup(settings, info, method, policy),
         admission=settings.scheduling.admission,
         reserve_ratio=settings.scheduling.reserve_ratio,
+        fast_forward=settings.grammar.fast_forward,
     )
     options = EngineOptions(
         model_path=info.path,

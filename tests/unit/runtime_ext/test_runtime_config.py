@@ -23,6 +23,7 @@ EVERY_KNOB_SET = RuntimeExtConfig(
     admission="budget",
     reserve_ratio=0.625,
     kv_kernels="reference",
+    fast_forward=True,
 )
 
 
