@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from tests.npu_twin import attention_ops
+from tests.npu_twin import attention_ops, model_ops
 from tests.unit.runtime_ext import npu_contracts as contract
 from tests.unit.runtime_ext import npu_emulation
 
@@ -77,4 +77,6 @@ OPS: dict[str, Any] = {
         "npu_format_cast",
     )
 }
-OPS.update({RESHAPE_AND_CACHE: _npu_reshape_and_cache, "_apply_patches": _apply_patches, **attention_ops.OPS})
+OPS.update(
+    {RESHAPE_AND_CACHE: _npu_reshape_and_cache, "_apply_patches": _apply_patches, **attention_ops.OPS, **model_ops.OPS}
+)

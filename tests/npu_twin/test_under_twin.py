@@ -26,7 +26,7 @@ MODULES = sorted(HERE.glob("twin_*.py"))
 
 
 def test_twin_modules_exist() -> None:
-    assert {"twin_c8_attention", "twin_kv_pool", "twin_modelslim"} <= {m.stem for m in MODULES}
+    assert {"twin_c8_attention", "twin_kv_pool", "twin_model", "twin_modelslim"} <= {m.stem for m in MODULES}
 
 
 @pytest.mark.parametrize("module", MODULES, ids=lambda path: path.stem)

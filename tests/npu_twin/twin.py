@@ -249,6 +249,19 @@ def _torchair() -> None:
     sys.modules["torchair"].get_npu_backend = lambda **_k: _Missing("torchair npu backend (graph mode)")  # type: ignore[attr-defined]
 
 
+def _sgl_kernel_npu() -> None:
+    """The sgl_kernel_npu kernels the twin emulates (``model_ops.KERNELS``), in place in their stub modules
+    before SGLang imports them by name."""
+    import importlib
+
+    from tests.npu_twin.model_ops import KERNELS
+
+    for module_name, ops in KERNELS.items():
+        module = importlib.import_module(module_name)  # the stub package, from _StubFinder
+        for name, op in ops.items():
+            setattr(module, name, _kernel(op))
+
+
 def _kernel(op: Any) -> Any:
     """An emulated op runs as one device kernel: what it computes inside is not a host sync."""
 
@@ -302,6 +315,7 @@ def install() -> None:
         setattr(torch_npu, name, _kernel(op))
     sys.modules.update({"torch_npu": torch_npu, "torch_npu.npu": npu})
     sys.meta_path.insert(0, _StubFinder())
+    _sgl_kernel_npu()
     torch.Tensor.npu = lambda self, *_a, **_k: self.to("npu")  # type: ignore[attr-defined]  (one memory: a view)
     _torchair()
     remap = DeviceRemap()
