@@ -19,6 +19,8 @@ Bottom-up, on a copy; a subschema with a ``$ref`` into what a rewrite moves is l
 - ``not`` of a ``type``: the complement type list (``number`` minus ``integer`` is not a type:
   left as it is). ``not`` of a ``const``/``enum`` beside an ``enum``/``const``: those values
   filtered.
+- ``required`` names ``properties`` does not declare: declared with the schema JSON Schema
+  gives them (``required.py``).
 - ``dependentRequired`` over declared properties of a closed object (at most
   ``MAX_DEPENDENT`` trigger names): an ``anyOf`` of the objects with each trigger absent, or
   present with its dependents required.
@@ -35,6 +37,7 @@ from grammars.json_schema.combine import distribute_any_of, inline_ref, pattern_
 from grammars.json_schema.disjoint import one_of_disjoint
 from grammars.json_schema.folding import fold_values, lengths_in_pattern
 from grammars.json_schema.keywords import _NEUTRAL
+from grammars.json_schema.required import declare_required
 
 __all__ = ["MAX_DEPENDENT", "rewrite_exact"]
 
@@ -268,4 +271,5 @@ _STEPS = (
     ("allOf", merge_all_of),
     ("not", negated),
     ("dependentRequired", dependent_required),
+    ("required", declare_required),
 )

@@ -2,7 +2,7 @@
 
 For each construct (``allOf`` of objects, a discriminated ``oneOf``, ``not`` of a type or of
 values, ``dependentRequired``, ``enum`` folded with its siblings, ``oneOf`` disjoint by declared
-types or by required names), every instance of a bounded domain (each declared property
+types or by required names, ``required`` names not declared), every instance of a bounded domain (each declared property
 absent or one of a few values of every JSON type) is serialized as the grammar emits it and
 run through the real token matchers (llguidance as the service routes it, and xgrammar) with
 SmolLM2's tokenizer. Checked per instance, against jsonschema on the client's original schema:
@@ -54,6 +54,12 @@ CASES: dict[str, dict[str, Any]] = {
             {"properties": {"b": {"type": "integer"}}, "required": ["b"], "additionalProperties": False},
             {"properties": {"c": {"type": "string"}}, "required": ["c"], "additionalProperties": False},
         ],
+    },
+    "required names not declared": {
+        "type": "object",
+        "properties": {"b": {"type": "string"}},
+        "required": ["a", "b"],
+        "additionalProperties": {"type": "integer"},
     },
     "not of types": {
         "type": "object",
@@ -126,13 +132,14 @@ def smollm2() -> tuple[Any, Any, Guidance]:
 
 
 def _names(schema: Any) -> list[str]:
-    """Every property name declared anywhere in the schema, in order."""
+    """Every property name declared or required anywhere in the schema, in order."""
     found: list[str] = []
     stack = [schema]
     while stack:
         node = stack.pop()
         if isinstance(node, dict):
-            found += [n for n in node.get("properties", {}) if n not in found]
+            required = node.get("required") if isinstance(node.get("required"), list) else []
+            found += [n for n in dict.fromkeys([*node.get("properties", {}), *required]) if n not in found]
             stack += [v for v in node.values() if isinstance(v, (dict, list))]
         elif isinstance(node, list):
             stack += node

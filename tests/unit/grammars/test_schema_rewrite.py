@@ -6,6 +6,8 @@ tests/grammars/test_schema_rewrites.py."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from jsonschema import Draft202012Validator
 
@@ -112,3 +114,32 @@ def test_lengths_a_pattern_implies_are_dropped_and_nothing_else() -> None:
     before, after = Draft202012Validator(schema), Draft202012Validator(rewritten)
     for text in ["", "abcd-12:34:", "abcd-12:34", "abcd-12:34:x", "0000-00:00:", "zzzz-12:34:", "x" * 11, "a" * 12]:
         assert before.is_valid(text) == after.is_valid(text), text
+
+
+def test_a_required_name_a_pattern_matches_takes_the_pattern_not_additional_properties() -> None:
+    """``c1`` matches ``^c``: its value is held to the pattern's schema only; ``z`` matches no
+    pattern: ``additionalProperties``. Both declared, exactly (every instance over the names)."""
+    schema = {
+        "type": "object",
+        "patternProperties": {"^c": {"type": "string"}},
+        "required": ["c1", "z"],
+        "additionalProperties": {"type": "integer"},
+    }
+    checked = check_schema(schema)
+    assert checked.rewritten
+    before, after = Draft202012Validator(schema), Draft202012Validator(json.loads(checked.canonical))
+    values = [None, "x", 1, 1.5, True, [], {}]
+    domain = [{"c1": a, "z": b} for a in values for b in values] + [{"c1": "x"}, {"z": 1}, {}, "x"]
+    assert [before.is_valid(i) for i in domain] == [after.is_valid(i) for i in domain]
+    assert sum(after.is_valid(i) for i in domain) == 1
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "object", "required": ["a"], "additionalProperties": False},
+        {"type": "object", "required": ["a"], "unevaluatedProperties": {"type": "integer"}},
+    ],
+)
+def test_required_names_that_cannot_be_declared_exactly_are_left(schema) -> None:
+    assert rewrite_exact(schema) == (schema, ())
