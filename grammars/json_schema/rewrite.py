@@ -13,7 +13,8 @@ Bottom-up, on a copy; a subschema with a ``$ref`` into what a rewrite moves is l
   (``folding.fold_values``, checked with the validator outputs are checked with), nothing else.
 - ``oneOf`` whose branches are provably disjoint (``disjoint.one_of_disjoint``, on the
   client's branches: distinct declared types or values, a property one branch requires and
-  another forbids, or a required const/enum discriminator): ``anyOf``.
+  another forbids, or a required const/enum discriminator): ``anyOf``; also a ``oneOf`` an
+  inlined ``$ref`` brings in, when its branches are literally a list the client wrote.
 - Assertions beside ``anyOf``/``$ref``/``allOf`` moved into one schema (``combine.py``):
   ``A∧B`` by the object merge below or side by side when no keyword reads the other's.
 - ``not`` of a ``type``: the complement type list (``number`` minus ``integer`` is not a type:
@@ -32,7 +33,7 @@ import copy
 import itertools
 from typing import Any
 
-from grammars.json_schema.canonical import iter_subschemas, json_equal, resolve_pointer
+from grammars.json_schema.canonical import canonical_json, iter_subschemas, json_equal, resolve_pointer
 from grammars.json_schema.combine import distribute_any_of, inline_ref, pattern_into_declared, reduce_all_of
 from grammars.json_schema.disjoint import one_of_disjoint
 from grammars.json_schema.folding import fold_values, lengths_in_pattern
@@ -62,14 +63,18 @@ def rewrite_exact(schema: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ..
     if not nodes:
         return schema, ()
     out, done = copy.deepcopy(schema), []
+    client = _client_one_ofs(schema)
     for node in sorted(nodes, key=lambda n: n.depth, reverse=True):  # children first
-        done += _rewrite_node(resolve_pointer(out, node.pointer), node.pointer, node.value, schema, targets)
+        done += _rewrite_node(resolve_pointer(out, node.pointer), node.pointer, node.value, schema, (targets, client))
     return (out, tuple(done)) if done else (schema, ())
 
 
-def _rewrite_node(value: dict[str, Any], pointer: str, original: Any, schema: Any, targets: list[str]) -> list[str]:
-    """Rewrite ``value`` (the copy at ``pointer``; ``original`` is the client's) in place."""
-    where = pointer or "/"
+def _rewrite_node(
+    value: dict[str, Any], pointer: str, original: Any, schema: Any, known: tuple[list[str], frozenset[str]]
+) -> list[str]:
+    """Rewrite ``value`` (the copy at ``pointer``; ``original`` is the client's) in place.
+    ``known``: the ``$ref`` targets, and the client's ``oneOf`` branch lists (canonical text)."""
+    where, (targets, client) = pointer or "/", known
     free = _folds(pointer, targets)  # nothing points inside: it may be rebuilt whole
     if free and fold_values(value, schema, pointer):
         return [f"{_folded(original)} at {where}"]
@@ -82,6 +87,9 @@ def _rewrite_node(value: dict[str, Any], pointer: str, original: Any, schema: An
         before = len(done)
         if free and "$ref" in value and inline_ref(value, schema, _merge):
             done.append(f"$ref at {where}")
+        if "oneOf" in value and "anyOf" not in value and _client_disjoint(value, schema, client):
+            value["anyOf"] = value.pop("oneOf")  # brought in by a $ref, as the client wrote it
+            done.append(f"oneOf at {where}")
         for keyword, step in _STEPS:
             if keyword in value and step(value):
                 done.append(f"{keyword} at {where}")
@@ -96,6 +104,16 @@ def _rewrite_node(value: dict[str, Any], pointer: str, original: Any, schema: An
         if len(done) == before:
             break
     return done
+
+
+def _client_one_ofs(schema: dict[str, Any]) -> frozenset[str]:
+    lists = (n.value.get("oneOf") for n in iter_subschemas(schema) if isinstance(n.value, dict))
+    return frozenset(canonical_json(b) for b in lists if isinstance(b, list))
+
+
+def _client_disjoint(value: dict[str, Any], schema: Any, client: frozenset[str]) -> bool:
+    """The ``oneOf`` is one the client wrote (not narrowed by a rewrite) and provably disjoint."""
+    return canonical_json(value["oneOf"]) in client and one_of_disjoint(value["oneOf"], schema, value)
 
 
 def _candidate(value: dict[str, Any]) -> bool:

@@ -143,3 +143,18 @@ def test_a_required_name_a_pattern_matches_takes_the_pattern_not_additional_prop
 )
 def test_required_names_that_cannot_be_declared_exactly_are_left(schema) -> None:
     assert rewrite_exact(schema) == (schema, ())
+
+
+def test_a_one_of_a_ref_brings_in_is_read_as_the_client_wrote_it() -> None:
+    """``x``'s ``$ref`` beside ``type`` is inlined: the ``oneOf`` it brings is the client's
+    (``$defs/t``), proven disjoint there, so it becomes ``anyOf`` in place too; exact."""
+    schema = {
+        "type": "object",
+        "properties": {"x": {"$ref": "#/$defs/t", "type": ["string", "null"]}},
+        "$defs": {"t": {"oneOf": [{"type": "string", "maxLength": 2}, {"type": "null"}]}},
+    }
+    checked = check_schema(schema)
+    assert "oneOf at /properties/x" in checked.rewritten
+    before, after = Draft202012Validator(schema), Draft202012Validator(json.loads(checked.canonical))
+    domain = [{"x": v} for v in [None, "", "ab", "abc", 1, True, [], {}]] + [{}]
+    assert [before.is_valid(i) for i in domain] == [after.is_valid(i) for i in domain]
