@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.engine.together import together
+
 N_TOKENS = 24
 PROMPTS = ["The history of the city begins", "def fibonacci(n):", "What is the capital of France?"]
 
@@ -44,14 +46,29 @@ def sglang_greedy(model_dir, prompt_ids):
     return json.loads(line[len("OUTPUT_IDS ") :])
 
 
-@pytest.mark.parametrize("asset", ["qwen3_tiny", "smollm2"])
-def test_sglang_greedy_equals_transformers(assets, asset):
+ASSETS = ("qwen3_tiny", "smollm2")
+
+
+@pytest.fixture(scope="module")
+def prompts(assets) -> dict[str, list[list[int]]]:
     from transformers import AutoTokenizer
 
-    model_dir = getattr(assets, asset)
-    tok = AutoTokenizer.from_pretrained(str(model_dir))
-    prompt_ids = [tok.encode(p) for p in PROMPTS]
-    expected = hf_greedy(model_dir, prompt_ids)
-    got = sglang_greedy(model_dir, prompt_ids)
+    return {
+        asset: [AutoTokenizer.from_pretrained(str(getattr(assets, asset))).encode(p) for p in PROMPTS]
+        for asset in ASSETS
+    }
+
+
+@pytest.fixture(scope="module")
+def served(assets, prompts) -> dict[str, list[list[int]]]:
+    """Both models' engine runs side by side."""
+    runs = together(*(lambda a=a: sglang_greedy(getattr(assets, a), prompts[a]) for a in ASSETS))
+    return dict(zip(ASSETS, runs))
+
+
+@pytest.mark.parametrize("asset", ASSETS)
+def test_sglang_greedy_equals_transformers(assets, prompts, served, asset):
+    expected = hf_greedy(getattr(assets, asset), prompts[asset])
+    got = served[asset]
     assert [len(g) for g in got] == [N_TOKENS] * len(PROMPTS)
     assert got == expected

@@ -24,6 +24,8 @@ import pytest
 from runtime_ext.config import RuntimeExtConfig
 from tests.engine.together import together
 
+pytestmark = pytest.mark.timeout(1200)  # one test or fixture runs several engines, two at a time
+
 N_TOKENS = 24
 POOLS: dict[str, dict] = {}  # the last run's pool report per mode
 PROMPTS = ["The history of the city begins", "def fibonacci(n):", "It is a truth universally acknowledged"]
