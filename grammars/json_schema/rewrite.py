@@ -66,6 +66,7 @@ def rewrite_exact(schema: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ..
     client = _client_one_ofs(schema)
     for node in sorted(nodes, key=lambda n: n.depth, reverse=True):  # children first
         done += _rewrite_node(resolve_pointer(out, node.pointer), node.pointer, node.value, schema, (targets, client))
+    done += _inlined_one_ofs(out, schema, (targets, client))
     return (out, tuple(done)) if done else (schema, ())
 
 
@@ -103,6 +104,21 @@ def _rewrite_node(
             done.append(f"pattern at {where}")
         if len(done) == before:
             break
+    return done
+
+
+def _inlined_one_ofs(out: dict[str, Any], schema: Any, known: tuple[list[str], frozenset[str]]) -> list[str]:
+    """A client-written ``oneOf`` deep inside what an inlined ``$ref`` brought: ``anyOf`` when
+    disjoint, then the node's siblings restated as for any node."""
+    done = []
+    for node in list(iter_subschemas(out)):
+        value = node.value
+        if not isinstance(value, dict) or "oneOf" not in value or "anyOf" in value:
+            continue
+        if any(t.startswith(f"{node.pointer}/") for t in known[0]) or not _client_disjoint(value, schema, known[1]):
+            continue
+        value["anyOf"] = value.pop("oneOf")
+        done += [f"oneOf at {node.pointer or '/'}", *_rewrite_node(value, node.pointer, {}, schema, known)]
     return done
 
 

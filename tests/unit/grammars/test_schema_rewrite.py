@@ -158,3 +158,22 @@ def test_a_one_of_a_ref_brings_in_is_read_as_the_client_wrote_it() -> None:
     before, after = Draft202012Validator(schema), Draft202012Validator(json.loads(checked.canonical))
     domain = [{"x": v} for v in [None, "", "ab", "abc", 1, True, [], {}]] + [{}]
     assert [before.is_valid(i) for i in domain] == [after.is_valid(i) for i in domain]
+
+
+def test_a_one_of_deep_inside_an_inlined_ref_is_read_as_the_client_wrote_it() -> None:
+    """``items``' ``$ref`` beside ``type`` is inlined whole: the ``oneOf`` under its ``at``
+    property sits at a pointer the client never wrote; its branches are the client's, so it
+    becomes ``anyOf`` there too; exact."""
+    schema = {
+        "type": "array",
+        "items": {"$ref": "#/$defs/link", "type": "object"},
+        "$defs": {
+            "link": {"type": "object", "properties": {"at": {"oneOf": [{"$ref": "#/$defs/day"}, {"type": "null"}]}}},
+            "day": {"type": "string", "maxLength": 2},
+        },
+    }
+    checked = check_schema(schema)
+    assert "oneOf at /items/properties/at" in checked.rewritten
+    before, after = Draft202012Validator(schema), Draft202012Validator(json.loads(checked.canonical))
+    domain = [[{"at": v}] for v in [None, "", "ab", "abc", 1, True, [], {}]] + [[{}], [1], []]
+    assert [before.is_valid(i) for i in domain] == [after.is_valid(i) for i in domain]
