@@ -4,10 +4,13 @@ Starts, on 127.0.0.1 with identical engine settings: ``python -m sglang.launch_s
 with runtime_ext disabled (the anchor: upstream as shipped), the same with runtime_ext
 loaded through its entry point, ``structserve serve`` (bf16 KV) and ``structserve serve``
 with the C8-D cache. Sends each the same streamed greedy chat requests (prompts cut from
-real text) and prints TTFT p50/p99 and output tokens/s per concurrency, with ratios to the
-anchor; then the same prompts through HF transformers ``generate`` (batch = concurrency,
-greedy, in this process) for the same table. The scheduler's own report says which
-columns ran runtime_ext.
+real text) and prints, per concurrency, the median over ``--rounds`` alternating rounds of TTFT p50
+and output tokens/s with their min–max, ratios of the medians to the anchor, and the share
+of greedy completions identical to the anchor's; then the same prompts through HF
+transformers ``generate`` (batch = concurrency, greedy, in this process) for the same
+table. Every server (and HF) must have seen the same prompt tokens (``usage.prompt_tokens``
+summed per round): if not, the run fails naming the sums. The attention backend column is
+what each server reports (structserve's /metrics, SGLang's /server_info).
 
     .venv/bin/python bench/serve_overhead.py            # SmolLM2, concurrency 1 8 32
     .venv/bin/python bench/serve_overhead.py --model DIR --concurrency 1 8 --max-tokens 32
@@ -21,7 +24,7 @@ import json
 import signal
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -31,16 +34,21 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.servers import ANCHOR, SERVERS, launch, plugin_state, signal_tree, stop  # noqa: E402
+from bench.serve_checks import PromptTokensDiffer, check_prompt_tokens, identical_share, spread  # noqa: E402
+from bench.servers import ANCHOR, SERVERS, attention_backend, launch, plugin_state, signal_tree, stop  # noqa: E402
 from tests.server import free_port  # noqa: E402
 
 
 @dataclass
 class Result:
+    """One round of one level on one server."""
+
     ttfts: list[float]
     completion_tokens: int
     wall_s: float
     errors: int
+    prompt_tokens: int = 0
+    texts: list[str] = field(default_factory=list)  # completion per prompt, in prompt order
 
     @property
     def tok_s(self) -> float:
@@ -63,7 +71,15 @@ def prompts(n: int) -> list[str]:
     ]
 
 
-async def one(client: httpx.AsyncClient, url: str, model: str, prompt: str, max_tokens: int) -> tuple[float, int]:
+@dataclass
+class Reply:
+    ttft: float
+    completion_tokens: int
+    prompt_tokens: int
+    text: str
+
+
+async def one(client: httpx.AsyncClient, url: str, model: str, prompt: str, max_tokens: int) -> Reply:
     body = {
         "model": model,
         "messages": [{"role": "user", "content": prompt}],
@@ -73,43 +89,51 @@ async def one(client: httpx.AsyncClient, url: str, model: str, prompt: str, max_
         "stream_options": {"include_usage": True},
     }
     t0 = time.perf_counter()
-    ttft, tokens = None, 0
+    ttft, usage, parts = None, {}, []
     async with client.stream("POST", url, json=body) as resp:
         resp.raise_for_status()
         async for line in resp.aiter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             chunk = json.loads(line[6:])
-            if ttft is None and any(c["delta"].get("content") for c in chunk.get("choices", [])):
+            content = "".join(c["delta"].get("content") or "" for c in chunk.get("choices", []))
+            if ttft is None and content:
                 ttft = time.perf_counter() - t0
-            if chunk.get("usage"):
-                tokens = chunk["usage"]["completion_tokens"]
-    return (ttft if ttft is not None else time.perf_counter() - t0), tokens
+            parts.append(content)
+            usage = chunk.get("usage") or usage
+    ttft = ttft if ttft is not None else time.perf_counter() - t0
+    return Reply(ttft, usage.get("completion_tokens", 0), usage.get("prompt_tokens", 0), "".join(parts))
 
 
 async def run_level(base: str, model: str, texts: list[str], concurrency: int, max_tokens: int) -> Result:
     url = f"{base}/v1/chat/completions"
     sem = asyncio.Semaphore(concurrency)
-    ttfts, tokens, errors = [], 0, 0
+    replies: list[Reply | None] = [None] * len(texts)
 
     async with httpx.AsyncClient(timeout=600) as client:
 
-        async def task(prompt: str) -> None:
-            nonlocal tokens, errors
+        async def task(i: int, prompt: str, keep: bool) -> None:
             async with sem:
                 try:
-                    ttft, n = await one(client, url, model, prompt, max_tokens)
-                    ttfts.append(ttft)
-                    tokens += n
+                    reply = await one(client, url, model, prompt, max_tokens)
                 except httpx.HTTPError:
-                    errors += 1
+                    return
+                if keep:
+                    replies[i] = reply
 
-        await asyncio.gather(*(task(p) for p in texts[:2]))  # warm-up, not measured
-        ttfts.clear()
-        tokens = 0  # noqa: E702
+        await asyncio.gather(*(task(i, p, False) for i, p in enumerate(texts[:2])))  # warm-up, not measured
         t0 = time.perf_counter()
-        await asyncio.gather(*(task(p) for p in texts))
-        return Result(ttfts, tokens, time.perf_counter() - t0, errors)
+        await asyncio.gather(*(task(i, p, True) for i, p in enumerate(texts)))
+        wall = time.perf_counter() - t0
+    done = [r for r in replies if r is not None]
+    return Result(
+        ttfts=[r.ttft for r in done],
+        completion_tokens=sum(r.completion_tokens for r in done),
+        wall_s=wall,
+        errors=len(texts) - len(done),
+        prompt_tokens=sum(r.prompt_tokens for r in done),
+        texts=[r.text if r is not None else "" for r in replies],
+    )
 
 
 def round_order(names: list[str], rnd: int) -> list[str]:
@@ -120,12 +144,16 @@ def round_order(names: list[str], rnd: int) -> list[str]:
     return order[::-1] if rnd % 2 else order
 
 
-def measure(model: Path, args: argparse.Namespace, texts_for: dict[int, list[str]]) -> tuple[dict, dict[str, str]]:
+Runs = dict[str, dict[int, list[Result]]]  # server -> concurrency -> one Result per round
+
+
+def measure(model: Path, args: argparse.Namespace, texts_for: dict[int, list[str]]) -> tuple[Runs, dict, dict]:
     """All servers up at once, the ones not measured frozen with SIGSTOP (an idle SGLang
-    scheduler still spins its OpenMP threads); each level runs ``rounds`` times per server."""
+    scheduler still spins its OpenMP threads); each level runs ``rounds`` times per server.
+    Also returns each server's runtime_ext state and attention backend, as it reports them."""
     ports = {name: free_port() for name in args.servers}
     procs = {name: launch(name, model, port) for name, port in ports.items()}
-    runs: dict[str, dict[int, list[Result]]] = {n: {c: [] for c in args.concurrency} for n in ports}
+    runs: Runs = {n: {c: [] for c in args.concurrency} for n in ports}
     try:
         for c in args.concurrency:
             for rnd in range(args.rounds):
@@ -141,48 +169,73 @@ def measure(model: Path, args: argparse.Namespace, texts_for: dict[int, list[str
                             signal_tree(proc, signal.SIGCONT)
                     runs[name][c].append(result)
         states = {name: plugin_state(name, port) for name, port in ports.items()}
+        backends = {name: attention_backend(name, port) for name, port in ports.items()}
     finally:
         for proc in procs.values():
             stop(proc)
-    return {n: {c: pooled(rs) for c, rs in levels.items()} for n, levels in runs.items()}, states
+    return runs, states, backends
 
 
-def pooled(results: list[Result]) -> Result:
-    """All rounds together: TTFT samples pooled, tokens/s = total tokens / total time."""
-    return Result(
-        ttfts=[t for r in results for t in r.ttfts],
-        completion_tokens=sum(r.completion_tokens for r in results),
-        wall_s=sum(r.wall_s for r in results),
-        errors=sum(r.errors for r in results),
-    )
+def check_same_prompts(runs: Runs) -> None:
+    """Per round, every server's prompt tokens summed over the levels must be equal."""
+    rounds = min(len(rs) for levels in runs.values() for rs in levels.values())
+    for rnd in range(rounds):
+        sums = {name: sum(rs[rnd].prompt_tokens for rs in levels.values()) for name, levels in runs.items()}
+        try:
+            check_prompt_tokens(sums)
+        except PromptTokensDiffer as exc:
+            raise PromptTokensDiffer(f"round {rnd + 1}: {exc}") from None
 
 
-def table(results: dict[str, dict[int, Result]], args: argparse.Namespace) -> Table:
-    """Ratios against ``ANCHOR`` when it ran, else against the first server."""
-    base = ANCHOR if ANCHOR in results else next(iter(results))
+def same_share(results: list[Result], reference: list[Result]) -> float:
+    """Share of completions identical to the reference server's, same prompt and round."""
+    texts = [t for r in results for t in r.texts]
+    return identical_share(texts, [t for r in reference for t in r.texts])
+
+
+def table(runs: Runs, backends: dict[str, str], args: argparse.Namespace) -> Table:
+    """Medians over rounds (min–max); ratios of medians and identical completions against
+    ``ANCHOR`` when it ran, else against the first server."""
+    base = ANCHOR if ANCHOR in runs else next(iter(runs))
     t = Table(
-        title=f"serve overhead: {args.model.name}, {args.max_tokens} max tokens, greedy, streamed, "
-        f"{args.rounds} rounds pooled; ratios vs {base}"
+        title=f"serve overhead: {args.model.name}, {args.max_tokens} max tokens, greedy, streamed; median "
+        f"(min–max) over {args.rounds} rounds; ratios and identical completions vs {base}"
     )
-    for col in ("conc", "server", "reqs", "TTFT p50/p99 ms", "TTFT p50 ratio", "tok/s", "tok/s ratio", "errors"):
+    cols = ("conc", "server", "attention backend", "reqs", "TTFT p50 ms", "TTFT ratio", "tok/s", "tok/s ratio")
+    for col in (*cols, "identical", "errors"):
         t.add_column(col, justify="right")
     for c in args.concurrency:
-        anchor = results[base][c]
-        for name, levels in results.items():
-            r = levels[c]
-            ttft = f"{r.pct(0.5):.0f} / {r.pct(0.99):.0f}" if r.ttfts else "-"
+        anchor_ttft = spread([r.pct(0.5) for r in runs[base][c]])
+        anchor_tok_s = spread([r.tok_s for r in runs[base][c]])
+        for name, levels in runs.items():
+            rs = levels[c]
+            ttft = spread([r.pct(0.5) for r in rs]) if all(r.ttfts for r in rs) else None
+            tok_s = spread([r.tok_s for r in rs])
             t.add_row(
                 str(c),
                 name,
-                str(len(r.ttfts)),
-                ttft,
-                f"{r.pct(0.5) / anchor.pct(0.5):.3f}" if r.ttfts else "",
-                f"{r.tok_s:.1f}",
-                f"{r.tok_s / anchor.tok_s:.3f}",
-                str(r.errors),
+                backends.get(name, "-"),
+                str(len(rs[0].texts)),
+                str(ttft) if ttft else "-",
+                f"{ttft.ratio(anchor_ttft):.3f}" if ttft else "",
+                str(tok_s),
+                f"{tok_s.ratio(anchor_tok_s):.3f}",
+                f"{same_share(rs, runs[base][c]):.0%}",
+                str(sum(r.errors for r in rs)),
             )
         t.add_section()
     return t
+
+
+def hf_runs(args: argparse.Namespace, texts_for: dict[int, list[str]]) -> dict[int, list[Result]]:
+    """HF ``generate`` on the same prompts, ``rounds`` times per level."""
+    from bench.hf_generate import hf_level
+
+    runs: dict[int, list[Result]] = {}
+    for c in args.concurrency:
+        levels = [hf_level(args.model, texts_for[c], c, args.max_tokens) for _ in range(args.rounds)]
+        runs[c] = [Result(ttfts, n, wall, 0, n_prompt, texts) for ttfts, n, wall, n_prompt, texts in levels]
+    return runs
 
 
 def main() -> None:
@@ -201,16 +254,22 @@ def main() -> None:
     n_max = max(max(8, 2 * c) for c in args.concurrency)
     texts = prompts(max(n_max, args.requests_per_level) + 2)
     texts_for = {c: texts[: (args.requests_per_level or max(8, 2 * c))] for c in args.concurrency}
-    results, states = measure(args.model, args, texts_for)
+    runs, states, backends = measure(args.model, args, texts_for)
     if not args.no_hf:
-        from bench.hf_generate import hf_level
-
-        hf = {c: hf_level(args.model, texts_for[c], c, args.max_tokens) for c in args.concurrency}
-        results["HF generate"] = {c: Result(*run, errors=0) for c, run in hf.items()}
-    console = Console(width=160)
-    console.print(table(results, args))
+        runs["HF generate"] = hf_runs(args, texts_for)
+        backends["HF generate"] = "transformers (in process)"
+    console = Console(width=200)
+    console.print(table(runs, backends, args))
     for name, state in states.items():
         console.print(f"{name}: {state}")
+    for name, levels in runs.items():
+        console.print(
+            f"{name}: {sum(r.prompt_tokens for rs in levels.values() for r in rs)} prompt tokens in all rounds"
+        )
+    try:
+        check_same_prompts(runs)
+    except PromptTokensDiffer as exc:
+        raise SystemExit(f"FAILED: {exc}") from None
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
 """The servers the serving benches start: SGLang's own (``launch_server``, with or without
-runtime_ext) and structserve, on the same engine settings (``ENGINE``); start, stop, freeze, and
-ask each scheduler whether it runs runtime_ext."""
+runtime_ext) and structserve, on the same engine settings (``ENGINE``); start, stop, freeze, ask
+each scheduler whether it runs runtime_ext and which attention backend it ran."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -126,6 +127,22 @@ def plugin_state(name: str, port: int) -> str:
     if report is None:
         return "runtime_ext not loaded"
     return f"runtime_ext loaded, decode calls {report['attention']}"
+
+
+def attention_backend(name: str, port: int) -> str:
+    """The attention backend a server ran, as the server reports it: structserve's
+    ``structserve_kv_serving`` gauge (the scheduler's live backend class); SGLang's ``/server_info``
+    ``attention_backend`` setting, plus the live class runtime_ext reports when it is loaded."""
+    base = f"http://127.0.0.1:{port}"
+    if SERVERS[name][0] == "ours":
+        text = httpx.get(f"{base}/metrics", timeout=30).text
+        found = re.search(r'^structserve_kv_serving\{[^}]*attention_backend="([^"]+)"', text, re.MULTILINE)
+        return found.group(1) if found else "not reported (no structserve_kv_serving in /metrics)"
+    info = httpx.get(f"{base}/server_info", timeout=30).json()
+    setting = info.get("attention_backend") or "not reported"
+    report = (info.get("internal_states") or [{}])[0].get("structserve_runtime_ext") or {}
+    live = report.get("attention_backend")
+    return f"{setting} (live: {live})" if live else setting
 
 
 def signal_tree(proc: subprocess.Popen, sig: signal.Signals) -> None:
