@@ -1,0 +1,248 @@
+"""Grammar fast-forward vs step-by-step constrained decoding, in one run.
+
+Two in-process ``sglang.Engine`` workers on SmolLM2 (llguidance grammars, overlap schedule off,
+``grammar.fast_forward`` on in one, off in the other), driven alternately round by round so both
+see the same machine load. Workloads: ``tool_call`` (a call to one of three tools as a JSON
+schema: ``anyOf`` of ``{"name": const, "arguments": {...}}``) and ``json`` (a nested record with
+every property required), greedy, at concurrency 1 (requests one after another) and 8 (one batch
+of 8). Per cell: completion tok/s (median and min-max over rounds), the ratio, the share of
+completion tokens the grammar forced, decode forward passes, outputs valid against the schema and
+outputs equal to step-by-step's.
+
+    .venv/bin/python bench/structured_fast_forward.py --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+ROOT = Path(__file__).resolve().parents[1]
+TOOLS = [
+    ("get_weather", {"city": {"type": "string", "maxLength": 24}, "unit": {"enum": ["celsius", "fahrenheit"]}}),
+    (
+        "search_flights",
+        {
+            "origin": {"type": "string", "maxLength": 16},
+            "destination": {"type": "string", "maxLength": 16},
+            "passengers": {"type": "integer", "minimum": 1, "maximum": 9},
+        },
+    ),
+    ("send_email", {"to": {"type": "string", "maxLength": 32}, "subject": {"type": "string", "maxLength": 40}}),
+]
+TOOL_CALL = {
+    "anyOf": [
+        {
+            "type": "object",
+            "properties": {
+                "name": {"const": name},
+                "arguments": {
+                    "type": "object",
+                    "properties": args,
+                    "required": list(args),
+                    "additionalProperties": False,
+                },
+            },
+            "required": ["name", "arguments"],
+            "additionalProperties": False,
+        }
+        for name, args in TOOLS
+    ]
+}
+RECORD = {
+    "type": "object",
+    "properties": {
+        "title": {"type": "string", "maxLength": 40},
+        "year": {"type": "integer", "minimum": 1900, "maximum": 2030},
+        "director": {
+            "type": "object",
+            "properties": {
+                "first_name": {"type": "string", "maxLength": 16},
+                "last_name": {"type": "string", "maxLength": 16},
+            },
+            "required": ["first_name", "last_name"],
+            "additionalProperties": False,
+        },
+        "genres": {
+            "type": "array",
+            "items": {"enum": ["drama", "comedy", "science_fiction", "documentary"]},
+            "maxItems": 3,
+        },
+        "is_available_for_streaming": {"type": "boolean"},
+    },
+    "required": ["title", "year", "director", "genres", "is_available_for_streaming"],
+    "additionalProperties": False,
+}
+PROMPTS = {
+    "tool_call": [
+        "What's the weather in Oslo?",
+        "Book a flight from Rome to Lisbon for two.",
+        "Email Ana that the meeting moved.",
+        "Is it raining in Lima right now?",
+        "Find flights from Boston to Denver.",
+        "Tell bob@example.com the report is ready.",
+        "How cold is it in Helsinki in fahrenheit?",
+        "I need three seats from Paris to Nice.",
+    ],
+    "json": [
+        f"Describe the film {t} as JSON."
+        for t in ["Alien", "Amelie", "Heat", "Up", "Brazil", "Metropolis", "Casablanca", "Fargo"]
+    ],
+}
+SCHEMAS = {"tool_call": TOOL_CALL, "json": RECORD}
+
+
+def worker(mode: str, model_dir: str, max_tokens: int) -> None:
+    """Serve commands from stdin, one JSON line each: {"workload", "concurrency"}; answer one line."""
+    sys.path.insert(0, str(ROOT))
+    from tests.engine.sglang_fast_forward import fast_forward_report, start_engine
+
+    engine = start_engine(Path(model_dir), mode == "on", "bfloat16")
+    try:
+        print("READY", flush=True)
+        for line in sys.stdin:
+            cmd = json.loads(line)
+            prompts = PROMPTS[cmd["workload"]][: cmd["requests"]]
+            params = {
+                "temperature": 0,
+                "max_new_tokens": max_tokens,
+                "json_schema": json.dumps(SCHEMAS[cmd["workload"]]),
+            }
+            before = fast_forward_report(engine)
+            start = time.perf_counter()
+            if cmd["concurrency"] == 1:
+                outs = [engine.generate(prompt=p, sampling_params=params) for p in prompts]
+            else:
+                outs = engine.generate(prompt=prompts, sampling_params=[params] * len(prompts))
+            seconds = time.perf_counter() - start
+            after = fast_forward_report(engine)
+            print(
+                "RESULT "
+                + json.dumps(
+                    {
+                        "seconds": seconds,
+                        "texts": [o["text"] for o in outs],
+                        "tokens": sum(o["meta_info"]["completion_tokens"] for o in outs),
+                        "decode_steps": after["decode_steps"] - before["decode_steps"],
+                        "forced": after["forced_tokens"] - before["forced_tokens"],
+                    }
+                ),
+                flush=True,
+            )
+    finally:
+        engine.shutdown()
+
+
+def start_worker(mode: str, args: argparse.Namespace) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--worker", mode, "--model", args.model, "--max-tokens", str(args.max_tokens)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    for line in proc.stdout:  # type: ignore[union-attr]
+        if line.startswith("READY"):
+            return proc
+    raise RuntimeError(f"{mode} worker exited ({proc.wait()})")
+
+
+def ask(proc: subprocess.Popen[str], cmd: dict[str, Any]) -> dict[str, Any]:
+    proc.stdin.write(json.dumps(cmd) + "\n")  # type: ignore[union-attr]
+    proc.stdin.flush()  # type: ignore[union-attr]
+    for line in proc.stdout:  # type: ignore[union-attr]
+        if line.startswith("RESULT "):
+            result: dict[str, Any] = json.loads(line[len("RESULT ") :])
+            return result
+    raise RuntimeError("worker exited")
+
+
+def valid(text: str, schema: dict[str, Any]) -> bool:
+    try:
+        jsonschema.validate(json.loads(text), schema)
+    except (ValueError, jsonschema.ValidationError):
+        return False
+    return True
+
+
+def cell_row(workload: str, conc: int, runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    rate = {m: [r["tokens"] / r["seconds"] for r in runs[m]] for m in ("off", "on")}
+    on, off = runs["on"], runs["off"]
+    pairs = [(a, b) for r_on, r_off in zip(on, off) for a, b in zip(r_on["texts"], r_off["texts"])]
+    return {
+        "workload": workload,
+        "conc": conc,
+        "off": statistics.median(rate["off"]),
+        "off_spread": (min(rate["off"]), max(rate["off"])),
+        "on": statistics.median(rate["on"]),
+        "on_spread": (min(rate["on"]), max(rate["on"])),
+        "ratio": statistics.median(a / b for a, b in zip(rate["on"], rate["off"])),
+        "forced_share": sum(r["forced"] for r in on) / sum(r["tokens"] for r in on),
+        "steps_off": statistics.median(r["decode_steps"] for r in off),
+        "steps_on": statistics.median(r["decode_steps"] for r in on),
+        "valid": sum(valid(t, SCHEMAS[workload]) for r in on for t in r["texts"]),
+        "equal": sum(a == b for a, b in pairs),
+        "n": len(pairs),
+    }
+
+
+def print_table(rows: list[dict[str, Any]], rounds: int) -> None:
+    print(f"\ncompletion tok/s, median (min-max) of {rounds} rounds; steps = decode forward passes per round")
+    print(
+        "| workload | conc | step-by-step tok/s | fast-forward tok/s | ratio | forced share | decode steps "
+        "off -> on | valid (ff) | equal to step-by-step |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(
+            f"| {r['workload']} | {r['conc']} | {r['off']:.1f} ({r['off_spread'][0]:.1f}-{r['off_spread'][1]:.1f}) "
+            f"| {r['on']:.1f} ({r['on_spread'][0]:.1f}-{r['on_spread'][1]:.1f}) | {r['ratio']:.2f}x "
+            f"| {100 * r['forced_share']:.0f} % | {r['steps_off']:.0f} -> {r['steps_on']:.0f} "
+            f"| {r['valid']}/{r['n']} | {r['equal']}/{r['n']} |"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--requests-c1", type=int, default=4, help="requests run one after another at concurrency 1")
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--worker", choices=["on", "off"], help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.model is None:
+        sys.path.insert(0, str(ROOT))
+        from assets import fetch
+
+        args.model = str(fetch().smollm2)
+    if args.worker:
+        worker(args.worker, args.model, args.max_tokens)
+        return
+    procs = {mode: start_worker(mode, args) for mode in ("off", "on")}
+    cells = [(w, c) for w in ("tool_call", "json") for c in (1, 8)]
+    runs: dict[tuple[str, int], dict[str, list[dict[str, Any]]]] = {cell: {"off": [], "on": []} for cell in cells}
+    try:
+        for rnd in range(args.rounds):
+            for workload, conc in cells:
+                cmd = {"workload": workload, "concurrency": conc, "requests": args.requests_c1 if conc == 1 else 8}
+                order = ("off", "on") if rnd % 2 == 0 else ("on", "off")
+                for mode in order:
+                    runs[(workload, conc)][mode].append(ask(procs[mode], cmd))
+            print(f"round {rnd + 1}/{args.rounds} done", flush=True)
+    finally:
+        for proc in procs.values():
+            proc.stdin.close()  # type: ignore[union-attr]
+            proc.wait(timeout=120)
+    print_table([cell_row(w, c, runs[(w, c)]) for w, c in cells], args.rounds)
+
+
+if __name__ == "__main__":
+    main()
