@@ -39,6 +39,8 @@ STATIC_AGREEMENT = 6  # leading tokens C8-S's answer shares with the bf16 answer
 # C8-S + residual is refused on device npu (its bookkeeping syncs the host: twin_c8_attention.py)
 MODES = ("bf16", "c8_dynamic", "c8_static")
 SYNC_FREE = ("c8_dynamic", "c8_static")
+# the C8 pool's read dequantizes its whole buffer per layer: a small pool keeps the run short
+POOL_TOKENS = 256
 CALIBRATION_TOKENS = 128  # SmolLM2's static KV scales, calibrated here (tools/kv_calibrate.py)
 DECODE_OPS = {  # what one decode step of the model calls, per KV mode (SGLang's NPU layers; ops/kv_npu.py)
     "bf16": {"npu_rms_norm", "npu_add_rms_norm", "split_qkv_rmsnorm_rope", "npu_swiglu", "_npu_reshape_and_cache",
@@ -71,7 +73,7 @@ def plugin_loaded(assets, tmp_path_factory):
 def model(assets):
     from tests.npu_twin.modelslim_npu import load_model
 
-    args = resolved_args(engine_options(assets.smollm2, kv_cache="bf16", page_size=128, max_total_tokens=1024))
+    args = resolved_args(engine_options(assets.smollm2, kv_cache="bf16", page_size=128, max_total_tokens=POOL_TOKENS))
     one_rank()
     return load_model(args, None)
 
@@ -85,7 +87,7 @@ def prompt(assets):
 
 @cache
 def _served(mode: str, smollm2: str, model) -> tuple:
-    args = resolved_args(engine_options(smollm2, kv_cache=mode, page_size=128, max_total_tokens=1024))
+    args = resolved_args(engine_options(smollm2, kv_cache=mode, page_size=128, max_total_tokens=POOL_TOKENS))
     served = Served(args, model)
     return args, served, _STATE.kv_cache.built
 
