@@ -20,7 +20,13 @@ batch size; the table shows the best over ``--passes`` passes, the batched/per-r
 and each mode's batched speed against the bf16 cache's (single runs on this 2-core machine vary
 by ±15 %, so arms alternate). A PNG of tok/s per batch size is written beside the table.
 
+``--distinct`` adds a second layout beside the shared window: every request of a batch reads its
+own ``--context``-token window (consecutive windows of the same text, all prefilled once and kept
+in the prefix cache), so a batch of 32 reads 32 different sets of rows instead of one set 32
+times. Each layout's rows are printed beside the other's, and ``vs bf16`` compares within a layout.
+
     .venv/bin/python bench/decode_attention.py
+    .venv/bin/python bench/decode_attention.py --distinct
 """
 
 from __future__ import annotations
@@ -76,48 +82,67 @@ def decode_speed(engine, prompts: list[list[int]], new: int) -> tuple[float, lis
     return len(prompts) * new / (seconds[1] - seconds[0]), [o["output_ids"] for o in outs]
 
 
-def measure(model: Path, modes: list[str], arms: list[str], window: list[int], args) -> tuple[dict, dict]:
-    """Best tok/s per (mode, arm, batch), and the greedy tokens of each one's last round."""
+def batch_windows(windows: list[list[int]], batch: int, layout: str) -> list[list[int]]:
+    """The prompts of one batch: the first window ``batch`` times (``shared``), or the first
+    ``batch`` windows, one per request (``distinct``)."""
+    if layout == "shared":
+        return [windows[0]] * batch
+    if len(windows) < batch:
+        raise ValueError(f"{len(windows)} distinct windows for a batch of {batch}")
+    return windows[:batch]
+
+
+def measure(model: Path, modes: list[str], arms: list[str], windows: list[list[int]], args) -> tuple[dict, dict]:
+    """Best tok/s per (layout, mode, arm, batch), and the greedy tokens of each one's last round."""
     calib = calibration(model, "none") if any("static" in m for m in modes) else None
     batches = [int(b) for b in args.batches.split(",")]
-    best: dict[tuple[str, str, int], float] = {}
-    tokens: dict[tuple[str, str, int], list] = {}
+    best: dict[tuple[str, str, str, int], float] = {}
+    tokens: dict[tuple[str, str, str, int], list] = {}
     runs = [(mode, arm) for _ in range(args.passes) for mode in modes for arm in arms]
     for mode, arm in tqdm(runs, desc="engines"):
         engine = start(model, mode, arm, calib if "static" in mode else None)
         try:
-            engine.generate(input_ids=[window], sampling_params={"max_new_tokens": 1})  # now in the prefix cache
-            for b in batches:
-                rounds = [decode_speed(engine, [window] * b, args.new) for _ in range(args.rounds)]
-                tok_s = max(r[0] for r in rounds)
-                best[mode, arm, b] = max(best.get((mode, arm, b), 0.0), tok_s)
-                tokens[mode, arm, b] = rounds[-1][1]
-                tqdm.write(f"{mode} {arm} batch {b}: {tok_s:.1f} tok/s")
+            engine.generate(input_ids=windows, sampling_params={"max_new_tokens": 1})  # now in the prefix cache
+            for layout in layouts(args):
+                for b in batches:
+                    prompts = batch_windows(windows, b, layout)
+                    rounds = [decode_speed(engine, prompts, args.new) for _ in range(args.rounds)]
+                    key = (layout, mode, arm, b)
+                    best[key] = max(best.get(key, 0.0), max(r[0] for r in rounds))
+                    tokens[key] = rounds[-1][1]
+                    tqdm.write(f"{layout} {mode} {arm} batch {b}: {max(r[0] for r in rounds):.1f} tok/s")
         finally:
             engine.shutdown()
     return best, tokens
+
+
+def layouts(args) -> list[str]:
+    return ["shared", "distinct"] if args.distinct else ["shared"]
 
 
 def report(best: dict, tokens: dict, modes: list[str], arms: list[str], args) -> None:
     batches = [int(b) for b in args.batches.split(",")]
     table = Table(title=f"decode tok/s: SmolLM2-135M bf16, {args.context}-token contexts, {args.new} new tokens")
     others = [arm for arm in arms if arm != "batched"]
-    cols = ("KV", "batch", *arms, *(f"batched / {arm}" for arm in others), "batched vs bf16 batched")
+    cols = ("KV", "batch", "window", *arms, *(f"batched / {arm}" for arm in others), "batched vs bf16 batched")
     for col in (*cols, "same tokens as batched"):
         table.add_column(col, justify="right")
     for mode in modes:
         for b in batches:
-            row = [f"{best[mode, arm, b]:.1f}" for arm in arms]
-            ratios = [f"{best[mode, 'batched', b] / best[mode, arm, b]:.2f}×" for arm in others]
-            vs_bf16 = best[mode, "batched", b] / best["bf16", "batched", b]
-            same = " ".join(f"{arm}: {tokens[mode, arm, b] == tokens[mode, 'batched', b]}" for arm in others) or "-"
-            table.add_row(mode, str(b), *row, *ratios, f"{vs_bf16:.2f}×", same)
-    Console().print(table)
+            for layout in layouts(args):
+                at = {arm: best[layout, mode, arm, b] for arm in arms}
+                ratios = [f"{at['batched'] / at[arm]:.2f}×" for arm in others]
+                vs_bf16 = at["batched"] / best[layout, "bf16", "batched", b]
+                ref = tokens[layout, mode, "batched", b]
+                same = " ".join(f"{arm}: {tokens[layout, mode, arm, b] == ref}" for arm in others) or "-"
+                row = [f"{at[arm]:.1f}" for arm in arms]
+                table.add_row(mode, str(b), layout, *row, *ratios, f"{vs_bf16:.2f}×", same)
+    Console(width=200).print(table)
     if args.png:
-        plot(best, modes, arms, batches, args.png)
+        plot(best, modes, arms, batches, args.png, layouts(args))
 
 
-def plot(best: dict, modes: list[str], arms: list[str], batches: list[int], path: str) -> None:
+def plot(best: dict, modes: list[str], arms: list[str], batches: list[int], path: str, shapes: list[str]) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -125,8 +150,11 @@ def plot(best: dict, modes: list[str], arms: list[str], batches: list[int], path
 
     fig, axes = plt.subplots(1, len(modes), figsize=(4 * len(modes), 3.5), sharey=True)
     for ax, mode in zip(axes if len(modes) > 1 else [axes], modes):
-        for arm in arms:
-            ax.plot(batches, [best[mode, arm, b] for b in batches], marker="o", label=arm)
+        for layout in shapes:
+            for arm in arms:
+                label = arm if len(shapes) == 1 else f"{arm}, {layout} window"
+                style = "-" if layout == "shared" else "--"
+                ax.plot(batches, [best[layout, mode, arm, b] for b in batches], style, marker="o", label=label)
         ax.set_title(mode)
         ax.set_xlabel("batch")
         ax.set_xscale("log", base=2)
@@ -146,6 +174,7 @@ def main() -> None:
     parser.add_argument("--new", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--passes", type=int, default=2)
+    parser.add_argument("--distinct", action="store_true", help="also measure one window per request")
     parser.add_argument("--png", default=str(ROOT / "docs/img/decode_attention.png"))
     args = parser.parse_args()
     from transformers import AutoTokenizer
@@ -153,9 +182,14 @@ def main() -> None:
     from assets import eval_text, fetch
 
     model = fetch(["smollm2", "austen"]).smollm2
-    window = AutoTokenizer.from_pretrained(str(model)).encode(eval_text()[: args.context * 8], add_special_tokens=False)
+    n_windows = max(int(b) for b in args.batches.split(",")) if args.distinct else 1
+    text = eval_text()[: args.context * 8 * n_windows]
+    ids = AutoTokenizer.from_pretrained(str(model)).encode(text, add_special_tokens=False)
+    windows = [ids[i * args.context : (i + 1) * args.context] for i in range(n_windows)]
+    if len(windows[-1]) < args.context:
+        raise SystemExit(f"the eval text holds fewer than {n_windows} windows of {args.context} tokens")
     modes, arms = args.modes.split(","), args.arms.split(",")
-    best, tokens = measure(model, modes, arms, window[: args.context], args)
+    best, tokens = measure(model, modes, arms, windows, args)
     report(best, tokens, modes, arms, args)
 
 
