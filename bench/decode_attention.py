@@ -148,8 +148,9 @@ def plot(best: dict, modes: list[str], arms: list[str], batches: list[int], path
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(modes), figsize=(4 * len(modes), 3.5), sharey=True)
-    for ax, mode in zip(axes if len(modes) > 1 else [axes], modes):
+    fig, grid = plt.subplots(1, len(modes), figsize=(4 * len(modes), 3.5), sharey=True, squeeze=False)
+    axes = list(grid[0])
+    for ax, mode in zip(axes, modes):
         for layout in shapes:
             for arm in arms:
                 label = arm if len(shapes) == 1 else f"{arm}, {layout} window"
