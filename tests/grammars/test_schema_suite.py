@@ -72,6 +72,10 @@ NARROWING: dict[tuple[str, str, str], str] = {
         ("required.json", "required validation", t): TYPELESS
         for t in ("ignores arrays", "ignores strings", "ignores other non-objects")
     },
+    **{  # undeclared required names are declared ({}): then object keywords without a type
+        ("required.json", "required properties whose names are Javascript object property names", t): TYPELESS
+        for t in ("ignores arrays", "ignores other non-objects")
+    },
 }
 """Valid instances the grammar refuses (sound narrowing), with the reason."""
 
