@@ -236,12 +236,11 @@ def main() -> None:
                 order = ("off", "on") if rnd % 2 == 0 else ("on", "off")
                 for mode in order:
                     runs[(workload, conc)][mode].append(ask(procs[mode], cmd))
-            print(f"round {rnd + 1}/{args.rounds} done", flush=True)
+            print_table([cell_row(w, c, runs[(w, c)]) for w, c in cells], rnd + 1)  # so far
     finally:
         for proc in procs.values():
             proc.stdin.close()  # type: ignore[union-attr]
             proc.wait(timeout=120)
-    print_table([cell_row(w, c, runs[(w, c)]) for w, c in cells], args.rounds)
 
 
 if __name__ == "__main__":
