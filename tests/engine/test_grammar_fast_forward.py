@@ -11,6 +11,11 @@ import sys
 from pathlib import Path
 
 import jsonschema
+import pytest
+
+from tests.engine.together import together
+
+pytestmark = pytest.mark.timeout(1200)  # one test runs two engines side by side
 
 PERSON = {
     "type": "object",
@@ -53,7 +58,7 @@ def run(model_dir: Path, mode: str) -> tuple[list[dict], dict]:
         [sys.executable, str(script), str(model_dir), mode, json.dumps(CASES)],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=600,
     )
     lines = {l.split(" ", 1)[0]: l.split(" ", 1)[1] for l in proc.stdout.splitlines() if " " in l}
     assert "OUTPUTS" in lines, f"engine run failed ({proc.returncode}):\n{proc.stderr[-3000:]}"
@@ -61,8 +66,7 @@ def run(model_dir: Path, mode: str) -> tuple[list[dict], dict]:
 
 
 def test_fast_forward_same_outputs_fewer_decode_steps(assets):
-    off, off_report = run(assets.smollm2, "off")
-    on, on_report = run(assets.smollm2, "on")
+    (off, off_report), (on, on_report) = together(lambda: run(assets.smollm2, "off"), lambda: run(assets.smollm2, "on"))
     for case, out in zip(CASES, on):
         if out["finish"] == "stop":
             jsonschema.validate(json.loads(out["text"]), case["schema"])

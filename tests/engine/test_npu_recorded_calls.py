@@ -29,7 +29,10 @@ import pytest
 
 from runtime_ext.config import RuntimeExtConfig
 from runtime_ext.quant.policy import QuantPolicy
+from tests.engine.together import together
 from tests.unit.runtime_ext import npu_recording
+
+pytestmark = pytest.mark.timeout(1200)  # one test or fixture runs several engines, two at a time
 
 N_TOKENS = 12
 PROMPT = "The capital of France is"  # a continuation: the chat question's first token is a knife edge
@@ -113,23 +116,22 @@ def recorded(assets, tmp_path_factory):
         scheme: perplexity(quantize_model(load_model(assets.smollm2), QuantPolicy(scheme)), passage)
         for scheme in sorted({config[2] for config in RUNS.values()})
     }
-    out = {}
     only = os.environ.get("NPU_RUNS", "all")  # "all", or a comma-separated subset of RUNS (debugging)
-    only = "" if only == "all" else only
-    for i, (name, config) in enumerate(RUNS.items()):
-        if only and name not in only.split(","):
-            continue
-        record = tmp / f"calls{i}.jsonl"
-        found = run(assets.smollm2, ids, config, calib, record)
+    chosen = [name for name in RUNS if only == "all" or name in only.split(",")]
+    records = {name: tmp / f"calls{i}.jsonl" for i, name in enumerate(chosen)}
+    runs = together(*(lambda n=n: run(assets.smollm2, ids, RUNS[n], calib, records[n]) for n in chosen))
+    out = {}
+    for name, found in zip(chosen, runs):
         served = math.exp(-sum(found["INPUT_LOGPROBS"][1]) / len(found["INPUT_LOGPROBS"][1]))
         out[name] = (
             tok.decode(found["OUTPUT_IDS"][0]),
             found,
-            npu_recording.load(record),
-            (served, reference[config[2]]),
+            npu_recording.load(records[name]),
+            (served, reference[RUNS[name][2]]),
         )
         if os.environ.get("NPU_RECORD_KEEP"):  # a directory: keep the records (docs/npu-contracts.md)
-            Path(os.environ["NPU_RECORD_KEEP"], f"{name.replace(' ', '_')}.jsonl").write_text(record.read_text())
+            keep = Path(os.environ["NPU_RECORD_KEEP"], f"{name.replace(' ', '_')}.jsonl")
+            keep.write_text(records[name].read_text())
     return out
 
 

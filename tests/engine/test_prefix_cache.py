@@ -14,8 +14,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from runtime_ext.config import RuntimeExtConfig
 from runtime_ext.prefix_cache.events import replay
+from tests.engine.together import together
+
+pytestmark = pytest.mark.timeout(1200)  # one test or fixture runs several engines, two at a time
 
 N_TOKENS, N_PROMPTS, UNIT, PAGE = 6, 100, 4 * 16, 16
 
@@ -77,9 +82,11 @@ def check_events(events: Path, census: dict) -> dict:
 def test_combined_blocks_change_reuse_but_never_the_output(assets, tmp_path):
     prompts_file = tmp_path / "prompts.json"
     prompts_file.write_text(json.dumps(shared_prefix_prompts(vocab=150000)))
-    off = run(assets.qwen3_tiny, prompts_file, "off")
-    plain = run(assets.qwen3_tiny, prompts_file, "sglang")
-    combined = run(assets.qwen3_tiny, prompts_file, "combined", events=tmp_path / "events.jsonl")
+    off, plain, combined = together(
+        lambda: run(assets.qwen3_tiny, prompts_file, "off"),
+        lambda: run(assets.qwen3_tiny, prompts_file, "sglang"),
+        lambda: run(assets.qwen3_tiny, prompts_file, "combined", events=tmp_path / "events.jsonl"),
+    )
     pages = check_events(tmp_path / "events.jsonl", combined["CENSUS"])
     print(
         f"\ncached tokens: sglang {sum(plain['CACHED'])}, combined {sum(combined['CACHED'])}; "
@@ -101,7 +108,8 @@ def test_smollm2_subset_same_outputs_with_and_without_reuse(assets, tmp_path):
         json.dumps(shared_prefix_prompts(vocab=49152, n=11, seed=1))
     )  # 11: one multi-turn, suite time
     # off vs combined only: SGLang's own cache against ours is the tiny model's test above (suite time)
-    runs = {mode: run(assets.smollm2, prompts_file, mode) for mode in ("off", "combined")}
+    modes = ("off", "combined")
+    runs = dict(zip(modes, together(*(lambda m=m: run(assets.smollm2, prompts_file, m) for m in modes))))
     assert sum(runs["off"]["CACHED"]) == 0 < sum(runs["combined"]["CACHED"])
     assert runs["off"]["OUTPUT_IDS"] == runs["combined"]["OUTPUT_IDS"]
     deltas = [abs(a - b) for x, y in zip(runs["off"]["LOGPROBS"], runs["combined"]["LOGPROBS"]) for a, b in zip(x, y)]

@@ -23,9 +23,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from typer.testing import CliRunner
 
-from tools.cli import app
+from tests.engine.together import together
+
+pytestmark = pytest.mark.timeout(1200)  # one test or fixture runs several engines, two at a time
 
 CALIB_TOKENS = "256"
 WINDOW = 256
@@ -33,18 +34,26 @@ ROUND_TRIP_TOL = 1e-4  # max |Δ logprob|, engine (torch_native attention) vs HF
 
 
 def cli(*args: object) -> None:
-    result = CliRunner().invoke(app, [str(a) for a in args])
-    assert result.exit_code == 0, result.output
+    """One `structserve` command in a process of its own (the calibrations run two at a time)."""
+    argv = [sys.executable, "-m", "tools.cli", *(str(a) for a in args)]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
 
 
 @pytest.fixture(scope="module")
 def exports(assets, tmp_path_factory) -> dict[str, Path]:
     root, base = tmp_path_factory.mktemp("w4"), assets.smollm2
-    cli("quant", "calibrate", "--method", "awq", "--tokens", CALIB_TOKENS, "--model", base, "--out", root / "awq")
-    cli("quant", "export", "--scheme", "w4a16", "--model", root / "awq", "--out", root / "awq-w4a16")
     gptq = ("quant", "calibrate", "--method", "gptq", "--act-order", "--tokens", CALIB_TOKENS)
-    cli(*gptq, "--model", base, "--out", root / "gptq-w4a16")
-    cli(*gptq, "--asym", "--model", base, "--out", root / "gptq-asym-w4a16")
+
+    def awq() -> None:
+        cli("quant", "calibrate", "--method", "awq", "--tokens", CALIB_TOKENS, "--model", base, "--out", root / "awq")
+        cli("quant", "export", "--scheme", "w4a16", "--model", root / "awq", "--out", root / "awq-w4a16")
+
+    together(
+        lambda: cli(*gptq, "--model", base, "--out", root / "gptq-w4a16"),
+        awq,
+        lambda: cli(*gptq, "--asym", "--model", base, "--out", root / "gptq-asym-w4a16"),
+    )
     return {"awq": root / "awq-w4a16", "gptq": root / "gptq-w4a16", "gptq-asym": root / "gptq-asym-w4a16"}
 
 
@@ -102,14 +111,24 @@ def rtn_perplexity(model_dir: Path, ids: list[int]) -> float:
     return perplexity(quantize_model(load_model(model_dir), QuantPolicy("w4a16")), ids, window=len(ids))
 
 
-def test_awq_and_gptq_beat_rtn_and_serve_like_offline(assets, exports, window):
+@pytest.fixture(scope="module")
+def served(exports, window, tmp_path_factory) -> tuple[dict[str, list[float]], Path]:
+    """The three exports served in float32, and the asymmetric one as an NPU build in bf16 (its calls
+    recorded in the returned file): the four engine runs two at a time."""
+    record = tmp_path_factory.mktemp("npu") / "calls.jsonl"
+    jobs = {method: (lambda e=export: served_logprobs(e, window, "modelslim")) for method, export in exports.items()}
+    jobs["npu"] = lambda: served_logprobs(exports["gptq-asym"], window, "modelslim", "bfloat16", record)
+    return dict(zip(jobs, together(*jobs.values()))), record
+
+
+def test_awq_and_gptq_beat_rtn_and_serve_like_offline(assets, exports, window, served):
     rtn = rtn_perplexity(assets.smollm2, window)
     report, served_ppl, diffs = [f"RTN {rtn:.3f}"], {}, {}
     for method, export in exports.items():
-        served = served_logprobs(export, window, "modelslim")
+        served_lp = served[0][method]
         offline = offline_logprobs(export, window)
-        served_ppl[method], diffs[method] = ppl(served), max(abs(a - b) for a, b in zip(served, offline))
-        report.append(f"{method} served {ppl(served):.3f} offline {ppl(offline):.3f} max|Δlp| {diffs[method]:.2e}")
+        served_ppl[method], diffs[method] = ppl(served_lp), max(abs(a - b) for a, b in zip(served_lp, offline))
+        report.append(f"{method} served {ppl(served_lp):.3f} offline {ppl(offline):.3f} max|Δlp| {diffs[method]:.2e}")
     message = "W4A16 g128 held-out perplexity: " + "; ".join(report)
     print("\n" + message)
     for method in exports:
@@ -117,20 +136,19 @@ def test_awq_and_gptq_beat_rtn_and_serve_like_offline(assets, exports, window):
         assert diffs[method] <= ROUND_TRIP_TOL, f"{method} served != offline. {message}"
 
 
-def test_asymmetric_export_on_the_npu_path(exports, window, tmp_path):
+def test_asymmetric_export_on_the_npu_path(exports, window, served):
     """The asymmetric export as an NPU build (bf16): every weight-only matmul passes its zero points as
     ``antiquant_offset`` (the scale's dtype and shape, msModelSlim's ``weight_offset`` negated), each
     recorded call keeps the documented contract, and the held-out perplexity is the offline one's (a
     wrong sign or a dropped offset multiplies it)."""
     from tests.unit.runtime_ext import npu_recording
 
-    record = tmp_path / "calls.jsonl"
-    served = ppl(served_logprobs(exports["gptq-asym"], window, "modelslim", "bfloat16", record))
+    npu, record = ppl(served[0]["npu"]), served[1]
     offline = ppl(offline_logprobs(exports["gptq-asym"], window))
     calls = [r for r in npu_recording.load(record) if r["op"] == "npu_weight_quant_batchmatmul"]
-    print(f"\nNPU build, bf16: perplexity {served:.3f} (offline float32 {offline:.3f}); {len(calls)} distinct calls")
+    print(f"\nNPU build, bf16: perplexity {npu:.3f} (offline float32 {offline:.3f}); {len(calls)} distinct calls")
     assert calls, "no npu_weight_quant_batchmatmul call was made"
     for r in calls:
         assert r["kwargs"]["antiquant_offset"] == r["args"][2], r  # the scale's dtype and shape
         npu_recording.replay(r)  # raises ContractViolation on a broken rule
-    assert abs(served / offline - 1) < 0.05, (served, offline)
+    assert abs(npu / offline - 1) < 0.05, (npu, offline)

@@ -22,7 +22,10 @@ import pytest
 
 from runtime_ext.config import RuntimeExtConfig
 from runtime_ext.quant.policy import QuantPolicy
+from tests.engine.together import together
 from tests.prompts import CAPITAL_MESSAGES
+
+pytestmark = pytest.mark.timeout(1200)  # one test or fixture runs several engines, two at a time
 
 N_TOKENS = 12
 CASES = {  # name: (scheme, policy overrides)
@@ -30,9 +33,7 @@ CASES = {  # name: (scheme, policy overrides)
     "w8a16": ("w8a16", {}),
     "w4a16": ("w4a16", {}),
 }
-
-
-ONLINE: dict[str, tuple] = {}  # case -> (ids, logprobs) of the online runs
+EXPORTED = "w4a16"  # the scheme `quant export` writes and the engine serves as msModelSlim
 
 
 def generate(model_dir: Path, ids: list[int], scheme: str, policy: dict) -> tuple[list[int], dict]:
@@ -70,12 +71,28 @@ def prompt(assets):
     return tok, tok.encode(text, add_special_tokens=False)
 
 
+@pytest.fixture(scope="module")
+def runs(assets, prompt, tmp_path_factory) -> dict[str, tuple]:
+    """Each scheme quantized online, and the exported checkpoint served: name -> generate()'s result,
+    the four engine runs two at a time."""
+    from typer.testing import CliRunner
+
+    from tools.cli import app
+
+    out = tmp_path_factory.mktemp("export") / EXPORTED
+    export = ["quant", "export", "--model", str(assets.smollm2), "--scheme", EXPORTED, "--out", str(out)]
+    result = CliRunner().invoke(app, export)
+    assert result.exit_code == 0, result.output
+    jobs = {case: (assets.smollm2, *CASES[case]) for case in CASES} | {"export": (out, "modelslim", {})}
+    done = together(*(lambda job=job: generate(job[0], prompt[1], job[1], job[2]) for job in jobs.values()))
+    return dict(zip(jobs, done)) | {"export_dir": out}
+
+
 @pytest.mark.parametrize("case", list(CASES))
-def test_quantized_smollm2_still_answers(assets, prompt, case):
-    tok, ids = prompt
-    scheme, policy = CASES[case]
-    out, stats, logprobs = generate(assets.smollm2, ids, scheme, policy)
-    ONLINE[case] = (out, logprobs)
+def test_quantized_smollm2_still_answers(prompt, runs, case):
+    tok, _ = prompt
+    scheme, _ = CASES[case]
+    out, stats, _ = runs[case]
     text = tok.decode(out)
     print(f"\n{case}: {text!r} {stats}")
     assert "Paris" in text
@@ -85,23 +102,11 @@ def test_quantized_smollm2_still_answers(assets, prompt, case):
     assert stats["int8_calls"] == int8_calls and stats["copy_calls"] == 0
 
 
-@pytest.mark.parametrize("case", ["w4a16"])
-def test_exported_checkpoint_serves_exactly_like_online_quantization(assets, prompt, case, tmp_path):
-    from typer.testing import CliRunner
-
-    from tools.cli import app
-
-    if case not in ONLINE:  # run alone (-k): make the online reference here
-        out, _, logprobs = generate(assets.smollm2, prompt[1], case, {})
-        ONLINE[case] = (out, logprobs)
-    out = tmp_path / case
-    result = CliRunner().invoke(
-        app, ["quant", "export", "--model", str(assets.smollm2), "--scheme", case, "--out", str(out)]
-    )
-    assert result.exit_code == 0, result.output
-    desc = json.loads((out / "quant_model_description.json").read_text())
-    assert desc["model.layers.0.self_attn.q_proj.weight"] == {"w8a8_dynamic": "W8A8_DYNAMIC", "w4a16": "W4A16"}[case]
+def test_exported_checkpoint_serves_exactly_like_online_quantization(runs):
+    desc = json.loads((runs["export_dir"] / "quant_model_description.json").read_text())
+    assert desc["model.layers.0.self_attn.q_proj.weight"] == "W4A16"
     assert desc["model.embed_tokens.weight"] == "FLOAT"
-    ids, stats, logprobs = generate(out, prompt[1], "modelslim", {})
+    ids, stats, logprobs = runs["export"]
     assert stats["quantized"] == 120
-    assert (ids, logprobs) == ONLINE[case]
+    online_ids, _, online_logprobs = runs[EXPORTED]
+    assert (ids, logprobs) == (online_ids, online_logprobs)

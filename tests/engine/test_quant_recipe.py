@@ -29,9 +29,12 @@ from typer.testing import CliRunner
 
 from runtime_ext.config import RuntimeExtConfig
 from runtime_ext.quant.policy import QuantPolicy, fused_module
+from tests.engine.together import together
 from tests.prompts import CAPITAL_MESSAGES
 from tests.server import ServerProcess
 from tools.cli import app
+
+pytestmark = pytest.mark.timeout(1200)  # the recipe fixture's calibrate + scan + export, then two engines
 
 N_TOKENS = 12
 HELD_OUT = 384  # tokens of Persuasion for the perplexity
@@ -130,8 +133,10 @@ def test_float32_stage_aware_export_equals_online_quantization(assets, recipe):
         tok.apply_chat_template(QUESTION, add_generation_prompt=True, tokenize=False), add_special_tokens=False
     )
     held_out = tok.encode(eval_text()[: HELD_OUT * 8], add_special_tokens=False)[:HELD_OUT]
-    exported = greedy(export, [chat, held_out], "modelslim", [])
-    online = greedy(smoothed, [chat, held_out], "w8a8_dynamic", scan["layers"])
+    exported, online = together(
+        lambda: greedy(export, [chat, held_out], "modelslim", []),
+        lambda: greedy(smoothed, [chat, held_out], "w8a8_dynamic", scan["layers"]),
+    )
     ppl = [math.exp(-sum(run["INPUT_LOGPROBS"][1]) / (HELD_OUT - 1)) for run in (exported, online)]
     print(f"\nheld-out perplexity ({HELD_OUT} tokens, float32): export {ppl[0]:.6f}, online {ppl[1]:.6f}")
     print(f"export: {tok.decode(exported['OUTPUT_IDS'][0])!r} {exported['QUANT']}")
