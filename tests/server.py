@@ -60,10 +60,18 @@ class ServerProcess:
         return self.model_dir.name
 
     def start(self) -> None:
+        self.launch()
+        self.wait_ready()
+
+    def launch(self) -> None:
+        """Start the process and return at once (``wait_ready`` waits for it)."""
+        if self.proc is not None:
+            return
         cmd = [sys.executable, "-m", self.module, "serve", "--model", str(self.model_dir), "--port", str(self.port)]
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(cmd, env=self.env, stdout=self._log, stderr=subprocess.STDOUT)
 
+    def wait_ready(self) -> None:
         def alive() -> str | None:
             code = self.proc.poll()
             return None if code is None else f"server exited with {code}; log:\n{self.log_tail()}"
