@@ -23,8 +23,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from typer.testing import CliRunner
 
 from tests.engine.together import together
+from tools.cli import app
 
 pytestmark = pytest.mark.timeout(1200)  # one test or fixture runs several engines, two at a time
 
@@ -34,26 +36,20 @@ ROUND_TRIP_TOL = 1e-4  # max |Δ logprob|, engine (torch_native attention) vs HF
 
 
 def cli(*args: object) -> None:
-    """One `structserve` command in a process of its own (the calibrations run two at a time)."""
-    argv = [sys.executable, "-m", "tools.cli", *(str(a) for a in args)]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    assert result.exit_code == 0, result.output
 
 
 @pytest.fixture(scope="module")
 def exports(assets, tmp_path_factory) -> dict[str, Path]:
+    """The calibrations run one after the other: they are compute-bound (two side by side took
+    longer than in turn, measured), unlike an engine start."""
     root, base = tmp_path_factory.mktemp("w4"), assets.smollm2
+    cli("quant", "calibrate", "--method", "awq", "--tokens", CALIB_TOKENS, "--model", base, "--out", root / "awq")
+    cli("quant", "export", "--scheme", "w4a16", "--model", root / "awq", "--out", root / "awq-w4a16")
     gptq = ("quant", "calibrate", "--method", "gptq", "--act-order", "--tokens", CALIB_TOKENS)
-
-    def awq() -> None:
-        cli("quant", "calibrate", "--method", "awq", "--tokens", CALIB_TOKENS, "--model", base, "--out", root / "awq")
-        cli("quant", "export", "--scheme", "w4a16", "--model", root / "awq", "--out", root / "awq-w4a16")
-
-    together(
-        lambda: cli(*gptq, "--model", base, "--out", root / "gptq-w4a16"),
-        awq,
-        lambda: cli(*gptq, "--asym", "--model", base, "--out", root / "gptq-asym-w4a16"),
-    )
+    cli(*gptq, "--model", base, "--out", root / "gptq-w4a16")
+    cli(*gptq, "--asym", "--model", base, "--out", root / "gptq-asym-w4a16")
     return {"awq": root / "awq-w4a16", "gptq": root / "gptq-w4a16", "gptq-asym": root / "gptq-asym-w4a16"}
 
 
