@@ -56,15 +56,19 @@ def c8(assets, tmp_path_factory) -> ServerProcess:
     return ServerProcess(assets.qwen3_tiny, name="qwen-c8", env=env)
 
 
-SERVERS = {"qwen_server": None, "smol_server": smol, "scripted_server": scripted, "c8_server": c8}
+SERVERS = {  # fixture -> its server's configuration (assets, tmp_path_factory)
+    "qwen_server": lambda assets, _: qwen(assets),
+    "smol_server": smol,
+    "scripted_server": scripted,
+    "c8_server": c8,
+}
 
 
 @pytest.fixture(scope="package", autouse=True)
 def launch_servers_ahead(request, ahead, assets, tmp_path_factory):
     """The servers the selected API tests use start side by side, before the first test."""
     for name in LaunchAhead.needed(request, "tests/api/", SERVERS):
-        make = SERVERS[name]
-        ahead.launch(name, lambda: qwen(assets) if make is None else make(assets, tmp_path_factory))
+        ahead.launch(name, lambda: SERVERS[name](assets, tmp_path_factory))
 
 
 def stopped(server: ServerProcess) -> None:
