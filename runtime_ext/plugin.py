@@ -190,3 +190,6 @@ def register() -> None:
     register_tool_parsers()  # structserve_<format> names for SGLang's own --tool-call-parser
     admission.register(HookRegistry, HookType, state.admission, config.admission, config.reserve_ratio)
     state.registered_pids.add(os.getpid())
+    # A process forked from here (engine.start_method: fork) inherits the hooks, and SGLang's
+    # load_plugins() there returns at once (its loaded flag is inherited too).
+    os.register_at_fork(after_in_child=lambda: state.registered_pids.add(os.getpid()))

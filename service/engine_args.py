@@ -196,3 +196,29 @@ def prepare_process_env(device: str, engine: EngineSettings | None = None) -> No
         os.environ[HOST_IP_ENV] = engine.disaggregation.host_ip
     if engine.devices is not None:
         os.environ[NPU_DEVICES_ENV] = ",".join(str(d) for d in engine.devices)
+    if (method := start_method(device, engine.start_method)) != "spawn":  # spawn: SGLang's own choice
+        use_start_method(method)
+
+
+def start_method(device: str, setting: str) -> str:
+    """The multiprocessing start method of the engine's processes for ``engine.start_method``."""
+    if setting != "auto":
+        return setting
+    return "fork" if device == "cpu" else "spawn"
+
+
+def use_start_method(method: str) -> None:
+    """SGLang forces ``spawn`` while it configures the process (``_set_envs_and_config``), just
+    before it starts its processes; re-set ``method`` right after it."""
+    import multiprocessing
+
+    from sglang.srt.entrypoints import engine as sglang_engine
+
+    configure = getattr(sglang_engine._set_envs_and_config, "__wrapped__", sglang_engine._set_envs_and_config)
+
+    def configured(server_args: Any) -> None:
+        configure(server_args)
+        multiprocessing.set_start_method(method, force=True)
+
+    configured.__wrapped__ = configure  # type: ignore[attr-defined]
+    sglang_engine._set_envs_and_config = configured

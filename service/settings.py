@@ -54,6 +54,10 @@ class EngineSettings(BaseModel):
     log_level: str = "warning"
     sleep_on_idle: bool = True
     disable_overlap_schedule: bool = False
+    # How the engine starts its scheduler and detokenizer processes: auto = fork on cpu (no import
+    # of torch and sglang again: a start ~35 % shorter), spawn on npu (a device runtime is not
+    # fork-safe); vLLM's VLLM_WORKER_MULTIPROC_METHOD makes the same choice.
+    start_method: Literal["auto", "fork", "spawn"] = "auto"
     # Parallelism inside this replica (docs/scale-out.md): tensor-parallel ranks per model copy,
     # data-parallel schedulers (each with its own KV pool of max_total_tokens).
     tp_size: int = Field(1, ge=1)

@@ -8,7 +8,15 @@ import os
 import pytest
 from pydantic import ValidationError
 
-from service.engine_args import OWNED, EngineOptions, checked_sglang_args, cpu_thread_binding, prepare_process_env
+from service.engine_args import (
+    OWNED,
+    EngineOptions,
+    checked_sglang_args,
+    cpu_thread_binding,
+    prepare_process_env,
+    start_method,
+    use_start_method,
+)
 from service.settings import EngineSettings
 
 
@@ -87,3 +95,30 @@ def test_process_env_sets_binding_and_devices_only_when_needed(monkeypatch: pyte
     assert os.environ["SGLANG_CPU_OMP_THREADS_BIND"] == "0|1"
     prepare_process_env("npu", EngineSettings(device="npu", dp_size=2, devices=[6, 7]))
     assert os.environ["ASCEND_RT_VISIBLE_DEVICES"] == "6,7"
+
+
+@pytest.mark.parametrize(
+    ("device", "setting", "method"),
+    [("cpu", "auto", "fork"), ("npu", "auto", "spawn"), ("cpu", "spawn", "spawn"), ("npu", "fork", "fork")],
+)
+def test_start_method_forks_on_cpu_and_spawns_on_devices_unless_set(device: str, setting: str, method: str) -> None:
+    assert start_method(device, setting) == method
+
+
+def test_the_start_method_is_set_again_after_sglang_forces_spawn() -> None:
+    import multiprocessing
+
+    from sglang.srt.entrypoints import engine as sglang_engine
+
+    original = sglang_engine._set_envs_and_config
+    before = multiprocessing.get_start_method(allow_none=True)
+    try:
+        sglang_engine._set_envs_and_config = lambda args: multiprocessing.set_start_method("spawn", force=True)
+        use_start_method("fork")
+        use_start_method("fork")  # twice: wraps SGLang's function once
+        sglang_engine._set_envs_and_config(None)
+        assert multiprocessing.get_start_method() == "fork"
+        assert sglang_engine._set_envs_and_config.__wrapped__.__name__ == "<lambda>"
+    finally:
+        sglang_engine._set_envs_and_config = original
+        multiprocessing.set_start_method(before, force=True)
