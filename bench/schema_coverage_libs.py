@@ -76,7 +76,9 @@ class Libraries:
             try:
                 return Served("llguidance", self._ll_lark(verdict.lark), canonical)
             except Refused:
-                pass  # the scheduler's fallback: xgrammar serves the same constraint
+                if verdict.native:  # no xgrammar form: the request fails, as in the scheduler
+                    raise
+                # the scheduler's fallback: xgrammar serves the same constraint
         return Served("xgrammar", self._xgrammar(verdict.checked.canonical, strict=True), canonical)
 
     def _xgrammar(self, text: str, *, strict: bool) -> Any:

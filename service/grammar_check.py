@@ -27,7 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from grammars.compile import CompileStats, VocabFacts
-from grammars.errors import CompilerBusyError, GrammarError
+from grammars.errors import CompilerBusyError, GrammarError, UnsupportedKeywordError
 from runtime_ext.grammar_route import with_fallback
 from service.errors import CompilerBusyServiceError
 from service.metrics import GRAMMAR_CACHE, GRAMMAR_COMPILE_SECONDS, GRAMMAR_FALLBACKS, SCHEMA_IGNORED_KEYWORDS
@@ -65,6 +65,8 @@ class GrammarService:
         Raises grammars.errors.GrammarError subclasses (mapped to 400 by the API), or
         ``CompilerBusyServiceError`` (503) when the machine is too busy to compile in time."""
         count_ignored(constraint.ignored)
+        if constraint.unenforced:
+            return await self._native(constraint)
         lark = await self._routed(constraint)
         if lark is not None:
             GRAMMAR_CACHE.labels(kind="llguidance_lark", result="routed").inc()
@@ -77,6 +79,20 @@ class GrammarService:
         if not stats.cache_hit:
             GRAMMAR_COMPILE_SECONDS.labels(kind=constraint.kind).observe(stats.seconds)
         return constraint
+
+    async def _native(self, constraint: DecodeConstraint) -> DecodeConstraint:
+        """A schema only llguidance's own JSON Schema compiler may enforce: its grammar, with no
+        xgrammar form to fall back to (xgrammar would loosen it), or the policy's 400."""
+        why = ""  # grammar.backend: xgrammar: llguidance is not asked
+        if self._router is not None:
+            try:
+                lark, why = await asyncio.to_thread(self._router.route_native, constraint.value)
+            except Exception as exc:  # noqa: BLE001 - llguidance itself failed: nothing else enforces it
+                lark, why = None, f"{type(exc).__name__}: {str(exc)[:200]}"
+            if lark is not None:
+                GRAMMAR_CACHE.labels(kind="llguidance_json", result="routed").inc()
+                return replace(constraint, kind="ebnf", value=lark)
+        raise UnsupportedKeywordError(constraint.unenforced, param=constraint.param, llguidance=why)
 
     async def _routed(self, constraint: DecodeConstraint) -> str | None:
         """The Lark grammar to send instead of ``constraint``, or None (xgrammar serves it)."""

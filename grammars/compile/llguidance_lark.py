@@ -48,6 +48,7 @@ __all__ = [
     "LARK_HEADER",
     "NotExpressible",
     "json_schema_to_lark",
+    "native_json_schema_to_lark",
     "strict_schema",
     "structural_tag_to_lark",
     "text_tokens",
@@ -237,6 +238,15 @@ def json_schema_to_lark(schema: Mapping[str, Any]) -> str:
     """A ``response_format`` schema (the policy's checked schema) as llguidance Lark: the same
     JSON text as SGLang's xgrammar ``json_schema`` (``SGLANG_JSON``, ``strict_schema``)."""
     return LARK_HEADER + f"start: json0\njson0: %json {_json_body(schema, SGLANG_JSON)}\n"
+
+
+def native_json_schema_to_lark(schema: Mapping[str, Any]) -> str:
+    """A schema only llguidance's own JSON Schema compiler may enforce (the policy's
+    ``CheckedSchema.unenforced``): passed as it is, with JSON Schema's own semantics (a
+    ``pattern`` matches anywhere, undeclared properties are allowed unless the schema says
+    otherwise), and SGLang's JSON spacing. llguidance refuses what it cannot enforce."""
+    body = json.dumps({"x-guidance": SGLANG_JSON, **schema}, ensure_ascii=False, separators=(",", ":"))
+    return LARK_HEADER + f"start: json0\njson0: %json {body}\n"
 
 
 def structural_tag_to_lark(value: str | Mapping[str, Any], tokens: Mapping[str, int] | None = None) -> str:

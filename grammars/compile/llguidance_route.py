@@ -22,7 +22,13 @@ import logging
 from pathlib import Path
 
 from grammars.bounded_cache import CACHE_BYTES, BoundedCache, text_bytes
-from grammars.compile.llguidance_lark import NotExpressible, json_schema_to_lark, structural_tag_to_lark, text_tokens
+from grammars.compile.llguidance_lark import (
+    NotExpressible,
+    json_schema_to_lark,
+    native_json_schema_to_lark,
+    structural_tag_to_lark,
+    text_tokens,
+)
 
 __all__ = ["LarkRouter"]
 
@@ -30,6 +36,7 @@ log = logging.getLogger(__name__)
 _TOKEN_REFS = "no tokenizer - can't validate <[...]>"
 """The one warning that is not about the grammar: ``<[id]>`` references are checked only with a
 tokenizer, and ours come from the served tokenizer's own ``tokenizer.json``."""
+_REFUSED = "\0refused: "
 
 
 class LarkRouter:
@@ -46,6 +53,28 @@ class LarkRouter:
         if not hit:
             lark = self._checked(kind, text) if kind in ("structural_tag", "json_schema") else None
             self._cache.put(key, lark)
+        return lark
+
+    def route_native(self, text: str) -> tuple[str | None, str]:
+        """The llguidance grammar for a schema xgrammar cannot enforce (``text``: the policy's
+        canonical schema with ``unenforced`` keywords): llguidance's JSON Schema compiler takes
+        it with no warning, or (None, why it refused). No xgrammar fallback exists for it."""
+        key = f"native\0{text}"
+        hit, cached = self._cache.lookup(key)
+        if not hit:
+            cached = self._native(text)
+            self._cache.put(key, cached)
+        assert cached is not None
+        return (None, cached[len(_REFUSED) :]) if cached.startswith(_REFUSED) else (cached, "")
+
+    def _native(self, text: str) -> str:
+        from llguidance import LLMatcher
+
+        lark = native_json_schema_to_lark(json.loads(text))
+        is_error, messages = LLMatcher.validate_grammar_with_warnings(LLMatcher.grammar_from_lark(lark))
+        messages = [m for m in messages if not m.startswith(_TOKEN_REFS)]
+        if is_error or messages:
+            return _REFUSED + "; ".join(m.splitlines()[0] for m in messages)[:300]
         return lark
 
     def _checked(self, kind: str, text: str) -> str | None:

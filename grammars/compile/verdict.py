@@ -2,7 +2,9 @@
 
 ``schema_verdict`` runs what the service runs for a ``response_format`` schema or a tool's
 ``parameters``: the policy (``grammars.json_schema.check_schema``), then the llguidance route
-(``LarkRouter.route``: translation and llguidance's own validation, no tokenizer), and, for a
+(``LarkRouter.route``: translation and llguidance's own validation, no tokenizer; a schema with
+keywords xgrammar cannot enforce goes whole to llguidance's own JSON Schema compiler,
+``LarkRouter.route_native``, or is refused), and, for a
 schema llguidance does not take, the bounded xgrammar compile when a compiler is given. The
 coverage bench and the service's grammar check read the same verdict.
 """
@@ -14,7 +16,7 @@ from typing import Any, Literal
 
 from grammars.compile.compiler import GrammarCompiler
 from grammars.compile.llguidance_route import LarkRouter
-from grammars.errors import CompilerBusyError, GrammarError, Unsupported
+from grammars.errors import CompilerBusyError, GrammarError, Unsupported, UnsupportedKeywordError
 from grammars.json_schema.policy import CheckedSchema, check_schema
 
 __all__ = ["SchemaVerdict", "schema_verdict"]
@@ -34,6 +36,8 @@ class SchemaVerdict:
     code: the error code of that 400 (``unsupported_schema_keyword`` ...), else None.
     checked: the policy's result when it passed, else None.
     lark: the llguidance grammar when routed there, else None.
+    native: served by llguidance's own JSON Schema compiler with the keywords xgrammar cannot
+        enforce (``CheckedSchema.unenforced``), JSON Schema's semantics throughout.
     """
 
     served: bool
@@ -44,6 +48,7 @@ class SchemaVerdict:
     code: str | None = None
     checked: CheckedSchema | None = None
     lark: str | None = None
+    native: bool = False
 
 
 def named(found: tuple[Unsupported, ...]) -> tuple[str, ...]:
@@ -62,10 +67,16 @@ def schema_verdict(
     backend); ``compiler`` None: a schema left to xgrammar is assumed to compile (the
     policy passed it). ``CompilerBusyError`` propagates (the machine, not the schema)."""
     try:
-        checked = check_schema(schema, allow_loosening=allow_loosening)
+        checked = check_schema(schema, allow_loosening=allow_loosening, defer_unsupported=router is not None)
     except GrammarError as exc:
         return SchemaVerdict(False, None, reason=exc.message, code=exc.code)
     ignored, loosened = named(checked.ignored), named(checked.loosened)
+    if checked.unenforced and router is not None:  # only llguidance's own compiler may take it
+        lark, why = router.route_native(checked.canonical)
+        if lark is None:
+            refused = UnsupportedKeywordError(checked.unenforced, llguidance=why)
+            return SchemaVerdict(False, None, ignored, reason=refused.message, code=refused.code)
+        return SchemaVerdict(True, "llguidance", ignored, checked=checked, lark=lark, native=True)
     lark = router.route("json_schema", checked.canonical) if router is not None else None
     if lark is not None:
         return SchemaVerdict(True, "llguidance", ignored, loosened, checked=checked, lark=lark)

@@ -109,6 +109,11 @@ KEYWORDS: dict[str, KeywordSupport] = {
 }
 """Every keyword the policy knows; anything else is an unknown keyword (unsupported)."""
 
+NOT_FOR_LLGUIDANCE = frozenset({"additionalItems", "nullable"})
+"""Assertions of other dialects (draft 7, OpenAPI) that llguidance 1.x, following 2020-12,
+reads as annotations without a warning: a schema xgrammar cannot take for one of them is
+refused, not sent to llguidance's own compiler (which would drop the author's meaning)."""
+
 SGLANG_FORMATS = frozenset(
     {
         "date",

@@ -46,7 +46,7 @@ from grammars.json_schema.canonical import (
     json_depth_exceeds,
     resolve_pointer,
 )
-from grammars.json_schema.keywords import KEYWORDS, SGLANG_FORMATS, KeywordSupport
+from grammars.json_schema.keywords import KEYWORDS, NOT_FOR_LLGUIDANCE, SGLANG_FORMATS, KeywordSupport
 from grammars.json_schema.patterns import check_patterns
 from grammars.json_schema.productive import check_productive
 from grammars.json_schema.refs import check_ref
@@ -102,6 +102,8 @@ class CheckedSchema:
         loosened: the keywords dropped (empty unless ``allow_loosening``).
         ignored: the unknown keywords removed (annotations: no effect on validity).
         rewritten: the keywords restated exactly (``rewrite.py``), as ``keyword at /pointer``.
+        unenforced: the keywords xgrammar cannot enforce, kept (``defer_unsupported``): only
+            llguidance's own JSON Schema compiler may serve this schema, or it is refused.
     """
 
     schema: dict[str, Any]
@@ -109,9 +111,16 @@ class CheckedSchema:
     loosened: tuple[Unsupported, ...] = ()
     ignored: tuple[Unsupported, ...] = ()
     rewritten: tuple[str, ...] = ()
+    unenforced: tuple[Unsupported, ...] = ()
 
 
-def check_schema(schema: Any, *, limits: SchemaLimits = SchemaLimits(), allow_loosening: bool = False) -> CheckedSchema:
+def check_schema(
+    schema: Any,
+    *,
+    limits: SchemaLimits = SchemaLimits(),
+    allow_loosening: bool = False,
+    defer_unsupported: bool = False,
+) -> CheckedSchema:
     """Check ``schema`` against the limits, the 2020-12 metaschema and the keyword policy.
 
     Raises (in this order of checks): ``InvalidSchemaError`` for a non-object root;
@@ -119,7 +128,9 @@ def check_schema(schema: Any, *, limits: SchemaLimits = SchemaLimits(), allow_lo
     violation or a dangling local ``$ref``; ``RemoteRefError``; unless
     ``allow_loosening``, ``UnsupportedKeywordError`` listing every unsupported keyword
     occurrence (with ``allow_loosening`` those are removed from a copy instead and
-    listed in ``CheckedSchema.loosened``); ``UncheckablePatternError`` for a regex RE2
+    listed in ``CheckedSchema.loosened``; with ``defer_unsupported`` they stay, listed in
+    ``CheckedSchema.unenforced``, for llguidance's own compiler to take or refuse);
+    ``UncheckablePatternError`` for a regex RE2
     cannot run (``grammars.json_schema.patterns``); last, ``UnsatisfiableSchemaError`` when a
     subschema the grammar reaches has no finite instance. Never mutates ``schema``;
     milliseconds for schemas within the default limits.
@@ -133,7 +144,10 @@ def check_schema(schema: Any, *, limits: SchemaLimits = SchemaLimits(), allow_lo
     schema, rewritten = rewrite_exact(schema)
     problems = _problems(schema)
     if problems and not allow_loosening:
-        raise UnsupportedKeywordError(problems)
+        if not defer_unsupported or any(p.keyword in NOT_FOR_LLGUIDANCE for p in problems):
+            raise UnsupportedKeywordError(problems)
+        check_patterns(schema)
+        return CheckedSchema(schema, canonical_json(schema), (), ignored, rewritten, unenforced=tuple(problems))
     check_patterns(schema)  # every regex is matched again when the output is validated
     checked = _loosen(schema, problems) if problems else CheckedSchema(schema, canonical_json(schema))
     check_productive(checked.schema)

@@ -24,7 +24,7 @@ Bottom-up, on a copy; a subschema with a ``$ref`` into what a rewrite moves is l
   gives them (``required.py``).
 - ``dependentRequired`` over declared properties of a closed object (at most
   ``MAX_DEPENDENT`` trigger names): an ``anyOf`` of the objects with each trigger absent, or
-  present with its dependents required.
+  present with its dependents required; draft 7's ``dependencies`` with name lists the same way.
 """
 
 from __future__ import annotations
@@ -45,11 +45,12 @@ __all__ = ["MAX_DEPENDENT", "rewrite_exact"]
 MAX_DEPENDENT = 3
 _ROUNDS = 3
 _OBJECT_KEYS = frozenset({"type", "properties", "required", "additionalProperties"})
-_MOVED = ("allOf", "oneOf", "not", "properties", "dependentRequired")  # what a rewrite moves or renames
+_MOVED = ("allOf", "oneOf", "not", "properties", "dependentRequired", "dependencies")  # what a rewrite moves or renames
 _INTERACTING = frozenset(
     {"$ref", "allOf", "anyOf", "oneOf", "not", "if", "then", "else", "properties", "patternProperties",
      "additionalProperties", "unevaluatedProperties", "items", "prefixItems", "unevaluatedItems",
-     "contains", "minContains", "maxContains", "dependentSchemas", "dependentRequired", "$defs", "definitions"}
+     "contains", "minContains", "maxContains", "dependentSchemas", "dependentRequired", "dependencies", "$defs",
+     "definitions"}
 )  # fmt: skip
 _TYPES = ("null", "boolean", "object", "array", "number", "string", "integer")
 
@@ -287,6 +288,22 @@ def dependent_required(value: dict[str, Any]) -> bool:
     return True
 
 
+def draft7_dependencies(value: dict[str, Any]) -> bool:
+    """Draft 7's ``dependencies`` with name lists only (2020-12's ``dependentRequired``), when
+    the ``dependentRequired`` rewrite then applies."""
+    deps = value.get("dependencies")
+    if "dependentRequired" in value or not isinstance(deps, dict):
+        return False
+    if not all(isinstance(names, list) for names in deps.values()):
+        return False  # a schema value is draft 7's dependentSchemas
+    trial = {k: v for k, v in value.items() if k != "dependencies"} | {"dependentRequired": deps}
+    if not dependent_required(trial):
+        return False
+    value.clear()
+    value.update(trial)
+    return True
+
+
 def _arm(base: dict[str, Any], deps: dict[str, list[str]], present: tuple[bool, ...]) -> dict[str, Any] | None:
     required = list(base.get("required", []))
     absent = {n for n, on in zip(deps, present) if not on}
@@ -305,5 +322,6 @@ _STEPS = (
     ("allOf", merge_all_of),
     ("not", negated),
     ("dependentRequired", dependent_required),
+    ("dependencies", draft7_dependencies),
     ("required", declare_required),
 )

@@ -28,19 +28,20 @@ def build_constraint(req: ValidatedRequest, default_loosening: bool) -> DecodeCo
         # the whole answer is the custom tool's input: its grammar, or free text
         return None if custom.grammar is None else pattern_constraint(custom.grammar)
     loosen = default_loosening if req.allow_schema_loosening is None else req.allow_schema_loosening
-    answer = _answer(req, loosen)
-    pattern = req.pattern_output
-    if req.tools is None or req.tools.mode == "none":
+    pattern, tools = req.pattern_output, req.tools
+    if tools is None or tools.mode == "none":  # the schema (if any) is the whole grammar
+        answer = _answer(req, loosen, defer=pattern is None)
         if pattern is not None:
             return pattern_constraint(pattern)
         return None if answer is None else _json_constraint(*answer)
-    if pattern is not None and req.tools.mode == "auto":
+    answer = _answer(req, loosen)
+    if pattern is not None and tools.mode == "auto":
         raise InvalidRequestError(
             f"'{pattern.param}' cannot be combined with tool_choice 'auto' (the answer would be a call or "
             "the pattern); use tool_choice 'none' for the pattern, or 'required' for calls",
             param=pattern.param,
         )
-    return _tool_constraint(req.tools, loosen, answer)
+    return _tool_constraint(tools, loosen, answer)
 
 
 def pattern_constraint(spec: PatternOutputSpec) -> DecodeConstraint:
@@ -60,19 +61,21 @@ def pattern_constraint(spec: PatternOutputSpec) -> DecodeConstraint:
     return DecodeConstraint("ebnf", text, param=spec.param)
 
 
-def _answer(req: ValidatedRequest, loosen: bool) -> tuple[CheckedSchema, Any, str] | None:
-    """(checked schema, the client's schema, param) of the JSON answer, if one was asked for."""
+def _answer(req: ValidatedRequest, loosen: bool, defer: bool = False) -> tuple[CheckedSchema, Any, str] | None:
+    """(checked schema, the client's schema, param) of the JSON answer, if one was asked for.
+    ``defer``: keywords xgrammar cannot enforce are left for llguidance's own compiler to take
+    or refuse (the grammar check), as only a schema that is the whole grammar can be."""
     spec = req.json_output
     if spec is None:
         return None
     if spec.schema is None:
         return check_schema(JSON_OBJECT_SCHEMA), JSON_OBJECT_SCHEMA, spec.param
-    return _checked(spec.schema, loosen, spec.param), spec.schema, spec.param
+    return _checked(spec.schema, loosen, spec.param, defer), spec.schema, spec.param
 
 
-def _checked(schema: Any, loosen: bool, param: str) -> CheckedSchema:
+def _checked(schema: Any, loosen: bool, param: str, defer: bool = False) -> CheckedSchema:
     try:
-        return check_schema(schema, allow_loosening=loosen)
+        return check_schema(schema, allow_loosening=loosen, defer_unsupported=defer)
     except GrammarError as exc:
         raise exc.with_param(param) from None
 
@@ -93,6 +96,7 @@ def _json_constraint(checked: CheckedSchema, schema: Any, param: str) -> DecodeC
         loosened=_loosened(checked),
         ignored=_ignored(checked),
         param=param,
+        unenforced=checked.unenforced,
     )
 
 

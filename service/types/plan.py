@@ -4,7 +4,10 @@ the reasoning plan, the prefill/decode transfer, ``GenerationPlan``."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from grammars.errors import Unsupported
 
 ConstraintKind = Literal["json_schema", "structural_tag", "ebnf", "regex"]  # an SGLang sampling param
 
@@ -50,6 +53,9 @@ class DecodeConstraint:
     # (request field, canonical JSON schema) of each schema inside a combined grammar, to
     # name the culprit when the whole fails to compile
     parts: tuple[tuple[str, str], ...] = ()
+    # keywords xgrammar cannot enforce: served only if llguidance's own JSON Schema compiler
+    # takes the schema (the grammar check), else the policy's 400
+    unenforced: tuple[Unsupported, ...] = ()
 
 
 @dataclass(frozen=True)

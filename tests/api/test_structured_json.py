@@ -231,3 +231,32 @@ def test_unknown_keywords_are_annotations_named_on_the_choice_and_counted(qwen_s
     assert check["valid"] is True and check["ignored_keywords"] == ["tlo at /", "self at /properties/ok"]
     metrics = httpx.get(f"{qwen_server.base_url}/metrics", timeout=30).text
     assert 'structserve_schema_ignored_keywords_total{keyword="tlo"}' in metrics
+
+
+def test_a_schema_xgrammar_cannot_enforce_is_served_by_llguidances_own_compiler(qwen_server):
+    """``multipleOf`` (SGLang refuses it before xgrammar) and ``type`` beside ``anyOf`` (xgrammar
+    ignores it there): the whole schema goes to llguidance's JSON Schema compiler. The random
+    model writes what the grammar allows, so every answer holding to the schema shows it is
+    enforced; ``uniqueItems``, which llguidance does not implement, stays a 400 that says so."""
+    schema = {
+        "type": "object",
+        "properties": {"n": {"type": "integer", "multipleOf": 7, "minimum": 1, "maximum": 99}},
+        "required": ["n"],
+        "additionalProperties": False,
+        "anyOf": [{"required": ["n"]}, {"required": ["m"]}],
+    }
+    for seed in range(4):
+        resp = _post(qwen_server, response_format=_fmt(schema), max_tokens=48, temperature=1.0, seed=seed)
+        assert resp.status_code == 200, resp.text
+        choice = resp.json()["choices"][0]
+        assert choice["finish_reason"] == "stop", choice
+        Draft202012Validator(schema).validate(json.loads(choice["message"]["content"]))
+        assert choice["schema_validation"]["valid"] is True
+    metrics = httpx.get(f"{qwen_server.base_url}/metrics", timeout=30).text
+    assert 'structserve_grammar_cache_total{kind="llguidance_json",result="routed"} 4.0' in metrics
+    unique = {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}
+    refused = _post(qwen_server, response_format=_fmt(unique))
+    assert refused.status_code == 400
+    error = refused.json()["error"]
+    assert error["code"] == "unsupported_schema_keyword" and error["param"] == "response_format.json_schema.schema"
+    assert "llguidance's JSON Schema compiler refuses it too" in error["message"], error["message"]

@@ -1,7 +1,7 @@
 """The exact rewrites (``grammars/json_schema/rewrite.py``) admit no invalid instance.
 
 For each construct (``allOf`` of objects, a discriminated ``oneOf``, ``not`` of a type or of
-values, ``dependentRequired``, ``enum`` folded with its siblings, ``oneOf`` disjoint by declared
+values, ``dependentRequired`` and draft 7's ``dependencies``, ``enum`` folded with its siblings, ``oneOf`` disjoint by declared
 types or by required names, ``required`` names not declared), every instance of a bounded domain (each declared property
 absent or one of a few values of every JSON type) is serialized as the grammar emits it and
 run through the real token matchers (llguidance as the service routes it, and xgrammar) with
@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from jsonschema import Draft202012Validator
+from jsonschema.validators import validator_for
 
 from grammars.compile import compile_text, json_schema_to_lark, load_compiler, strict_schema
 from grammars.json_schema import LinearValidator, check_schema
@@ -75,6 +76,13 @@ CASES: dict[str, dict[str, Any]] = {
         "type": "object",
         "properties": {"a": {"type": "string"}, "b": {"type": "integer"}, "c": {"type": "boolean"}},
         "dependentRequired": {"a": ["b"], "c": ["a"]},
+        "additionalProperties": False,
+    },
+    "draft 7 dependencies": {  # checked with draft 7's validator ($schema): 2020-12 ignores the keyword
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "type": "object",
+        "properties": {"a": {"type": "string"}, "b": {"type": "integer"}, "c": {"type": "boolean"}},
+        "dependencies": {"a": ["b", "c"]},
         "additionalProperties": False,
     },
     "enum beside not and allOf": {
@@ -163,7 +171,7 @@ def test_rewritten_constructs_admit_no_invalid_instance(smollm2, name):
     served = json.loads(checked.canonical)
     lark = json_schema_to_lark(served)  # routed to llguidance (NotExpressible otherwise)
     compiled = compile_text(compiler, "json_schema", checked.canonical)
-    valid, narrowed = Draft202012Validator(original), LinearValidator(strict_schema(served))
+    valid, narrowed = validator_for(original)(original), LinearValidator(strict_schema(served))
     accepted = refused_valid = 0
     failures: list[str] = []
     for instance in _domain(original):
