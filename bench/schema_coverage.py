@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from schema_coverage_libs import LIBRARIES, worker_main  # noqa: E402
-from schema_coverage_tally import ALL, Case, Outcome, Tally, load_cases, percentile, tally  # noqa: E402
+from schema_coverage_tally import ALL, VALIDATED, Case, Outcome, Tally, load_cases, percentile, tally  # noqa: E402
 
 DEFAULT_DATA = Path.home() / ".cache" / "structserve" / "jsonschemabench" / "maskbench" / "data"
 WALK_BUDGET_S = 60.0
@@ -148,10 +148,11 @@ def _fmt(value: float, digits: int = 0) -> str:
 def table(results: dict[tuple[str, str], Tally], title: str) -> Table:
     out = Table(title=title)
     for col in ("subset", "library", "schemas", "served", "served %", "routes", "compile p50 CPU ms",
-                "compile p99 CPU ms", "compile max CPU ms", "valid refused", "invalid accepted"):  # fmt: skip
+                "compile p99 CPU ms", "compile max CPU ms", "valid refused", "invalid accepted",
+                "caught by validation"):  # fmt: skip
         out.add_column(col, justify="right")
     for (subset, library), row in sorted(results.items(), key=lambda kv: (kv[0][0] == ALL, kv[0])):
-        routes = " ".join(f"{k[:3]} {v}" for k, v in sorted(row.routes.items())) if library == "structserve" else ""
+        routes = " ".join(f"{_short(k)} {v}" for k, v in sorted(row.routes.items())) if library == "structserve" else ""
         out.add_row(
             subset,
             library,
@@ -164,8 +165,13 @@ def table(results: dict[tuple[str, str], Tally], title: str) -> Table:
             _fmt(max(row.compile_ms, default=math.nan), 1),
             f"{row.valid_refused}/{row.valid}",
             f"{row.invalid_accepted}/{row.invalid}",
+            f"{row.caught}/{row.invalid_validated}",
         )
     return out
+
+
+def _short(route: str) -> str:
+    return route.replace("llguidance", "llg").replace("xgrammar", "xgr").replace(VALIDATED, "+val")
 
 
 def plot(results: dict[tuple[str, str], Tally], libraries: list[str], path: Path) -> None:

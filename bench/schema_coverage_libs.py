@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from schema_coverage_tally import VALIDATED
+
 from grammars.compile import LarkRouter, capture_warnings, compile_text, load_compiler, schema_verdict
 from tools.grammar_check import grammar_text, walk_tokens
 
@@ -66,12 +68,19 @@ class Libraries:
         as the grammar check's worker compiles it: a warning (a dropped constraint) or a grammar with no
         first token is a refusal."""
         try:
-            verdict = schema_verdict(schema, router=self.router)
+            verdict = schema_verdict(schema, router=self.router, resample=True)
         except Exception:  # noqa: BLE001 - llguidance failing to check: xgrammar serves it, as in the grammar check
             verdict = schema_verdict(schema)
         if not verdict.served or verdict.checked is None:
             raise Refused(_refusal(verdict.reason or "", verdict.code))
         canonical = json.loads(verdict.checked.canonical)
+        if verdict.validated:  # the looser grammar's instances count apart: validation catches them
+            served = self._served(verdict, canonical)
+            return Served(f"{served.route}{VALIDATED}", served.grammar, served.schema)
+        return self._served(verdict, canonical)
+
+    def _served(self, verdict: Any, canonical: Any) -> Served:
+        assert verdict.checked is not None
         if verdict.lark is not None:
             try:
                 return Served("llguidance", self._ll_lark(verdict.lark), canonical)
@@ -122,7 +131,7 @@ class Libraries:
         JSON (either ``const`` writing), token by token, then a stop token."""
         for seps in CONST_SEPARATORS:
             text = grammar_text(instance, served.schema, const_separators=seps)
-            if served.route == "xgrammar":
+            if served.route.startswith("xgrammar"):
                 if walk_tokens(served.grammar, self.tokenizer, text).accepted:
                     return True
             elif self._ll_accepts(served.grammar, text):

@@ -111,8 +111,11 @@ class UnsupportedKeywordError(GrammarError):
 
     code = "unsupported_schema_keyword"
 
-    def __init__(self, unsupported: Sequence[Unsupported], *, param: str | None = None, llguidance: str = "") -> None:
-        """``llguidance``: why llguidance's own JSON Schema compiler refused the schema too."""
+    def __init__(
+        self, unsupported: Sequence[Unsupported], *, param: str | None = None, llguidance: str = "", hint: str = ""
+    ) -> None:
+        """``llguidance``: why llguidance's own JSON Schema compiler refused the schema too;
+        ``hint``: another way out, appended."""
         items = tuple(unsupported)
         if not items:
             raise ValueError("UnsupportedKeywordError needs at least one Unsupported")
@@ -120,7 +123,7 @@ class UnsupportedKeywordError(GrammarError):
         also = f" (llguidance's JSON Schema compiler refuses it too: {llguidance})" if llguidance else ""
         message = (
             f"the schema uses {len(items)} keyword occurrence(s) the grammar engine cannot "
-            f"enforce exactly: {listed}{also}. Remove or rewrite them, {LOOSENING_HINT}"
+            f"enforce exactly: {listed}{also}. Remove or rewrite them, {LOOSENING_HINT}{hint}"
         )
         super().__init__(message, param=param, pointer=items[0].pointer, keyword=items[0].keyword)
         self.unsupported = items

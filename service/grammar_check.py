@@ -16,6 +16,11 @@ The Lark grammar carries the constraint's xgrammar form (``with_fallback``): if 
 cannot build or compile it in the scheduler, xgrammar serves it there. If llguidance fails here,
 while checking the grammar, the constraint takes the xgrammar path below. Both are counted in
 ``structserve_grammar_fallbacks_total``.
+
+A ``response_format`` schema with keywords xgrammar cannot enforce (``DecodeConstraint.unenforced``)
+goes whole to llguidance's own JSON Schema compiler, with no xgrammar form (xgrammar would loosen
+it); if that refuses too, the constraint's ``fallback`` is served (the grammar without those
+keywords, outputs validated and resampled: ``grammar.unenforceable``), else the 400.
 """
 
 from __future__ import annotations
@@ -65,6 +70,9 @@ class GrammarService:
         Raises grammars.errors.GrammarError subclasses (mapped to 400 by the API), or
         ``CompilerBusyServiceError`` (503) when the machine is too busy to compile in time."""
         count_ignored(constraint.ignored)
+        return await self._served(constraint)
+
+    async def _served(self, constraint: DecodeConstraint) -> DecodeConstraint:
         if constraint.unenforced:
             return await self._native(constraint)
         lark = await self._routed(constraint)
@@ -92,7 +100,11 @@ class GrammarService:
             if lark is not None:
                 GRAMMAR_CACHE.labels(kind="llguidance_json", result="routed").inc()
                 return replace(constraint, kind="ebnf", value=lark)
-        raise UnsupportedKeywordError(constraint.unenforced, param=constraint.param, llguidance=why)
+        if constraint.fallback is not None:  # validated and resampled (grammar.unenforceable)
+            return await self._served(constraint.fallback)
+        raise UnsupportedKeywordError(
+            constraint.unenforced, param=constraint.param, llguidance=why, hint=constraint.hint
+        )
 
     async def _routed(self, constraint: DecodeConstraint) -> str | None:
         """The Lark grammar to send instead of ``constraint``, or None (xgrammar serves it)."""

@@ -58,7 +58,14 @@ async def _load(state: ServiceState, model_dir: Path, on_failure: Any, on_death:
             disaggregation=state.settings.engine.disaggregation.mode,
         )
         state.pipeline = ChatPipeline(
-            engine, template, limits, state.grammar, g.allow_schema_loosening, formats, g.resample_attempts
+            engine,
+            template,
+            limits,
+            state.grammar,
+            g.allow_schema_loosening,
+            formats,
+            g.resample_attempts,
+            resample_unenforceable=g.unenforceable == "resample",
         )
         log.info("engine ready; runtime_ext in scheduler: %s", report)
     except Exception as exc:  # reported through /ready and the process exit code

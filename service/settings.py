@@ -98,6 +98,11 @@ class GrammarSettings(BaseModel):
     # a schema whose grammar is looser than the schema: a finished output failing validation is
     # generated again (seed advanced) up to this many more times (service/pipeline/resample.py)
     resample_attempts: int = Field(2, ge=0, le=8)
+    # a response_format schema with keywords neither xgrammar nor llguidance enforces (uniqueItems,
+    # not, if/then/else, a oneOf no one proves disjoint...): "resample" serves a non-streamed
+    # request under the tightest grammar that omits them, validates each output and generates it
+    # again (resample_attempts), else a 422, never an invalid output; "refuse": a 400
+    unenforceable: Literal["resample", "refuse"] = "resample"
     # tokens an llguidance grammar forces are appended and computed in one extend step instead of
     # one decode step each (docs/structured-output.md); needs engine.disable_overlap_schedule
     fast_forward: bool = False

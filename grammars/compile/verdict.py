@@ -11,7 +11,7 @@ coverage bench and the service's grammar check read the same verdict.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from grammars.compile.compiler import GrammarCompiler
@@ -38,6 +38,8 @@ class SchemaVerdict:
     lark: the llguidance grammar when routed there, else None.
     native: served by llguidance's own JSON Schema compiler with the keywords xgrammar cannot
         enforce (``CheckedSchema.unenforced``), JSON Schema's semantics throughout.
+    validated: served under the grammar without ``loosened``, every output validated and
+        resampled (``grammar.unenforceable: resample``, non-streamed).
     """
 
     served: bool
@@ -49,6 +51,7 @@ class SchemaVerdict:
     checked: CheckedSchema | None = None
     lark: str | None = None
     native: bool = False
+    validated: bool = False
 
 
 def named(found: tuple[Unsupported, ...]) -> tuple[str, ...]:
@@ -62,10 +65,13 @@ def schema_verdict(
     allow_loosening: bool = False,
     router: LarkRouter | None = None,
     compiler: GrammarCompiler | None = None,
+    resample: bool = False,
 ) -> SchemaVerdict:
     """The verdict for ``schema``. ``router`` None: llguidance is not asked (the xgrammar
     backend); ``compiler`` None: a schema left to xgrammar is assumed to compile (the
-    policy passed it). ``CompilerBusyError`` propagates (the machine, not the schema)."""
+    policy passed it). ``resample``: what no library enforces is served validated (a
+    non-streamed ``response_format`` under ``grammar.unenforceable: resample``).
+    ``CompilerBusyError`` propagates (the machine, not the schema)."""
     try:
         checked = check_schema(schema, allow_loosening=allow_loosening, defer_unsupported=router is not None)
     except GrammarError as exc:
@@ -73,6 +79,10 @@ def schema_verdict(
     ignored, loosened = named(checked.ignored), named(checked.loosened)
     if checked.unenforced and router is not None:  # only llguidance's own compiler may take it
         lark, why = router.route_native(checked.canonical)
+        if lark is None and resample:
+            loose = schema_verdict(schema, allow_loosening=True, router=router, compiler=compiler)
+            if loose.served:
+                return replace(loose, validated=True)
         if lark is None:
             refused = UnsupportedKeywordError(checked.unenforced, llguidance=why)
             return SchemaVerdict(False, None, ignored, reason=refused.message, code=refused.code)

@@ -49,6 +49,7 @@ class ChatPipeline:
         default_loosening: bool = False,
         formats: ModelFormats = ModelFormats(),
         resample_attempts: int = 2,
+        resample_unenforceable: bool = False,
     ):
         self.formats = formats
         self.engine = engine
@@ -57,6 +58,7 @@ class ChatPipeline:
         self.grammar = grammar
         self.default_loosening = default_loosening
         self.resample_attempts = resample_attempts
+        self.resample_unenforceable = resample_unenforceable
 
     async def prepare(self, raw: ChatCompletionRequest) -> PreparedChat:
         request = validate_request(raw, self.limits, self.formats)
@@ -68,7 +70,7 @@ class ChatPipeline:
     ) -> list[GenerationPlan]:
         """constraints -> ``prompts()`` -> one plan per prompt -> grammar check: a validated request's
         plans (``/v1/completions`` brings its own prompts; chat renders one)."""
-        constraint = build_constraint(request, self.default_loosening)
+        constraint = build_constraint(request, self.default_loosening, self.resample_unenforceable)
         plans = [make_plan(request, prompt, self.limits, constraint) for prompt in prompts()]
         if constraint is not None:  # last: the only stage that may take real time
             served = await self.grammar.ensure_compiles(constraint)

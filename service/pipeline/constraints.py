@@ -11,6 +11,7 @@ JSON value of the format, never free text; ``none`` is the format alone.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from grammars.errors import GrammarError
@@ -22,8 +23,10 @@ from service.types.plan import DecodeConstraint
 from service.types.request import PatternOutputSpec, ToolDef, ToolRequest, ValidatedRequest
 
 
-def build_constraint(req: ValidatedRequest, default_loosening: bool) -> DecodeConstraint | None:
-    """None when the output is free text; raises GrammarError (param set) otherwise."""
+def build_constraint(req: ValidatedRequest, default_loosening: bool, resample: bool = False) -> DecodeConstraint | None:
+    """None when the output is free text; raises GrammarError (param set) otherwise.
+    ``resample``: a schema no library enforces whole is served validated and resampled
+    (``grammar.unenforceable``; non-streamed requests only)."""
     if req.tools is not None and (custom := req.tools.forced_custom) is not None:
         # the whole answer is the custom tool's input: its grammar, or free text
         return None if custom.grammar is None else pattern_constraint(custom.grammar)
@@ -33,7 +36,10 @@ def build_constraint(req: ValidatedRequest, default_loosening: bool) -> DecodeCo
         answer = _answer(req, loosen, defer=pattern is None)
         if pattern is not None:
             return pattern_constraint(pattern)
-        return None if answer is None else _json_constraint(*answer)
+        if answer is None:
+            return None
+        constraint = _json_constraint(*answer)
+        return _with_fallback(constraint, answer[1], resample, req.stream) if constraint.unenforced else constraint
     answer = _answer(req, loosen)
     if pattern is not None and tools.mode == "auto":
         raise InvalidRequestError(
@@ -98,6 +104,25 @@ def _json_constraint(checked: CheckedSchema, schema: Any, param: str) -> DecodeC
         param=param,
         unenforced=checked.unenforced,
     )
+
+
+STREAM_HINT = (
+    '; or send "stream": false: the server then validates each output and generates it again until one '
+    "satisfies the schema"
+)
+
+
+def _with_fallback(constraint: DecodeConstraint, schema: Any, resample: bool, stream: bool) -> DecodeConstraint:
+    """``constraint`` (keywords only llguidance's own compiler may take) with what to serve if it
+    refuses them: the grammar without them, outputs validated and resampled, or a hint for the 400."""
+    if stream or not resample:
+        return replace(constraint, hint=STREAM_HINT if stream and resample else "")
+    try:
+        loose = check_schema(schema, allow_loosening=True)
+    except GrammarError:
+        return constraint
+    fallback = replace(_json_constraint(loose, schema, constraint.param or ""), must_validate=True)
+    return replace(constraint, fallback=fallback)
 
 
 def _spec(tool: ToolDef, checked: CheckedSchema | None) -> ToolSpec:

@@ -56,6 +56,10 @@ class DecodeConstraint:
     # keywords xgrammar cannot enforce: served only if llguidance's own JSON Schema compiler
     # takes the schema (the grammar check), else the policy's 400
     unenforced: tuple[Unsupported, ...] = ()
+    # what to serve when llguidance refuses it too: the grammar without those keywords, every
+    # output validated and resampled (must_validate); None: the 400, ``hint`` added to it
+    fallback: DecodeConstraint | None = None
+    hint: str = ""
 
 
 @dataclass(frozen=True)

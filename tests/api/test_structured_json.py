@@ -123,7 +123,11 @@ def _deep(n):
 
 BAD = [
     ("objekt", {"type": "objekt"}, "invalid_schema"),
-    ("unsupported", {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}, "unsupported_schema_keyword"),
+    (
+        "unsupported",
+        {"type": "object", "properties": {"a": {"type": "string", "nullable": True}}},
+        "unsupported_schema_keyword",
+    ),
     ("remote-ref", {"$ref": "https://example.com/schema.json"}, "remote_ref"),
     ("deep", _deep(200), "schema_too_complex"),
     ("huge-enum", {"enum": list(range(100_000))}, "schema_too_complex"),
@@ -162,9 +166,28 @@ def test_10k_deep_nesting_is_a_400(qwen_server):
     assert _post(qwen_server).status_code == 200
 
 
-def test_loosening_is_opt_in(qwen_server):
+def test_a_schema_no_grammar_enforces_is_validated_and_resampled_and_loosening_stays_opt_in(qwen_server):
+    """``uniqueItems``: neither library enforces it. Non-streamed (``grammar.unenforceable:
+    resample``): served under the grammar without it, and only outputs that validate come back
+    (else a 422), with the generations counted; streamed: a 400 that says how; the client's own
+    ``allow_schema_loosening`` keeps its meaning (the last output is returned, flagged)."""
     schema = {"type": "array", "items": {"enum": [1, 2, 3]}, "maxItems": 3, "uniqueItems": True}
-    assert _post(qwen_server, response_format=_fmt(schema)).status_code == 400
+    served = 0
+    for seed in range(3):
+        resp = _post(qwen_server, response_format=_fmt(schema), max_tokens=32, temperature=1.0, seed=seed)
+        if resp.status_code == 422:
+            assert resp.json()["error"]["code"] == "schema_validation_failed", resp.text
+            continue
+        assert resp.status_code == 200, resp.text
+        choice = resp.json()["choices"][0]
+        assert choice["finish_reason"] == "stop", choice
+        items = json.loads(choice["message"]["content"])
+        assert len(items) == len(set(items)) and choice["schema_validation"]["valid"] is True
+        assert 1 <= resp.json()["usage"]["schema_attempts"] <= 3
+        served += 1
+    assert served >= 1
+    streamed = _post(qwen_server, response_format=_fmt(schema), stream=True)
+    assert streamed.status_code == 400 and '"stream": false' in streamed.json()["error"]["message"]
     resp = _post(qwen_server, response_format=_fmt(schema), allow_schema_loosening=True, max_tokens=32)
     assert resp.status_code == 200
     choice = resp.json()["choices"][0]
@@ -237,7 +260,8 @@ def test_a_schema_xgrammar_cannot_enforce_is_served_by_llguidances_own_compiler(
     """``multipleOf`` (SGLang refuses it before xgrammar) and ``type`` beside ``anyOf`` (xgrammar
     ignores it there): the whole schema goes to llguidance's JSON Schema compiler. The random
     model writes what the grammar allows, so every answer holding to the schema shows it is
-    enforced; ``uniqueItems``, which llguidance does not implement, stays a 400 that says so."""
+    enforced; ``uniqueItems``, which llguidance does not implement, is a 400 that says so when
+    streamed (non-streamed it is validated and resampled: the test above)."""
     schema = {
         "type": "object",
         "properties": {"n": {"type": "integer", "multipleOf": 7, "minimum": 1, "maximum": 99}},
@@ -255,7 +279,7 @@ def test_a_schema_xgrammar_cannot_enforce_is_served_by_llguidances_own_compiler(
     metrics = httpx.get(f"{qwen_server.base_url}/metrics", timeout=30).text
     assert 'structserve_grammar_cache_total{kind="llguidance_json",result="routed"} 4.0' in metrics
     unique = {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}
-    refused = _post(qwen_server, response_format=_fmt(unique))
+    refused = _post(qwen_server, response_format=_fmt(unique), stream=True)
     assert refused.status_code == 400
     error = refused.json()["error"]
     assert error["code"] == "unsupported_schema_keyword" and error["param"] == "response_format.json_schema.schema"

@@ -12,6 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
 
 from schema_coverage_tally import (  # noqa: E402
     ALL,
+    VALIDATED,
     Outcome,
     load_cases,
     percentile,
@@ -75,6 +76,17 @@ def test_tally_counts_instances_of_served_schemas_only_and_totals_all_subsets() 
     assert (total.valid_refused, total.invalid_accepted) == (2, 1)
     assert total.routes == {"llguidance": 1, "xgrammar": 1} and sorted(total.compile_ms) == [10.0, 30.0]
     assert results[(ALL, "xgrammar")].schemas == 1 and ("K", "xgrammar") not in results
+
+
+def test_a_validated_schemas_invalid_instances_count_apart_as_caught() -> None:
+    outcomes = [
+        _outcome("K", "structserve", True, route="llguidance", valid=3, invalid=4, invalid_accepted=0),
+        _outcome("K", "structserve", True, route=f"xgrammar{VALIDATED}", valid=2, invalid=5, invalid_accepted=3),
+    ]
+    k = tally(outcomes)[("K", "structserve")]
+    assert (k.served, k.valid, k.invalid, k.invalid_accepted) == (2, 5, 4, 0)
+    assert (k.invalid_validated, k.caught) == (5, 3)
+    assert k.routes == {"llguidance": 1, f"xgrammar{VALIDATED}": 1}
 
 
 def test_refusals_are_grouped_by_keyword_with_unknown_keywords_as_one_group() -> None:
