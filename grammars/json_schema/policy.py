@@ -50,7 +50,7 @@ from grammars.json_schema.keywords import KEYWORDS, NOT_FOR_LLGUIDANCE, SGLANG_F
 from grammars.json_schema.patterns import check_patterns
 from grammars.json_schema.productive import check_productive
 from grammars.json_schema.refs import check_ref
-from grammars.json_schema.rewrite import rewrite_exact
+from grammars.json_schema.rewrites import rewrite_exact
 from grammars.json_schema.rules import node_problems
 
 __all__ = [

@@ -3,7 +3,7 @@
 Every probe compiles the schema exactly like the engine (any_whitespace=False) and feeds
 an **invalid** instance (checked with jsonschema). For unsupported forms xgrammar accepts
 it (the keyword is silently lost) and the policy must refuse the schema or restate it exactly
-(``grammars/json_schema/rewrite.py``: xgrammar then refuses the instance); for supported
+(``grammars/json_schema/rewrites/rewrite.py``: xgrammar then refuses the instance); for supported
 forms xgrammar refuses it and the policy must accept the schema. If an xgrammar upgrade
 changes a behaviour, the matching row fails and the table needs revisiting.
 """

@@ -1,4 +1,4 @@
-"""The exact rewrites (``grammars/json_schema/rewrite.py``) admit no invalid instance.
+"""The exact rewrites (``grammars/json_schema/rewrites/rewrite.py``) admit no invalid instance.
 
 For each construct (``allOf`` of objects, a discriminated ``oneOf``, ``not`` of a type or of
 values, ``dependentRequired`` and draft 7's ``dependencies``, ``enum`` folded with its siblings, ``oneOf`` disjoint by declared

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from grammars.json_schema.disjoint import one_of_disjoint
+from grammars.json_schema.rewrites.disjoint import one_of_disjoint
 
 I, N, S, O = ({"type": t} for t in ("integer", "number", "string", "object"))
 DEFS = {"$defs": {"i": I, "o": {"type": "object", "properties": {"k": {"const": 1}}, "required": ["k"]}}}

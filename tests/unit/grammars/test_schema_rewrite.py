@@ -14,7 +14,7 @@ from jsonschema import Draft202012Validator
 from grammars.compile import strict_schema
 from grammars.errors import UnsupportedKeywordError
 from grammars.json_schema import check_schema
-from grammars.json_schema.rewrite import rewrite_exact
+from grammars.json_schema.rewrites.rewrite import rewrite_exact
 from tests.grammars.test_schema_rewrites import CASES, _domain
 
 

@@ -30,21 +30,25 @@ Bottom-up, on a copy; a subschema with a ``$ref`` into what a rewrite moves is l
 from __future__ import annotations
 
 import copy
-import itertools
 from typing import Any
 
 from grammars.json_schema.canonical import canonical_json, iter_subschemas, json_equal, resolve_pointer
-from grammars.json_schema.combine import distribute_any_of, inline_ref, pattern_into_declared, reduce_all_of
-from grammars.json_schema.disjoint import one_of_disjoint
-from grammars.json_schema.folding import fold_values, lengths_in_pattern
 from grammars.json_schema.keywords import _NEUTRAL
-from grammars.json_schema.required import declare_required
+from grammars.json_schema.rewrites.combine import distribute_any_of, inline_ref, pattern_into_declared, reduce_all_of
+from grammars.json_schema.rewrites.dependent import (
+    MAX_DEPENDENT,
+    OBJECT_KEYS,
+    dependent_required,
+    draft7_dependencies,
+    mergeable,
+)
+from grammars.json_schema.rewrites.disjoint import one_of_disjoint
+from grammars.json_schema.rewrites.folding import fold_values, lengths_in_pattern
+from grammars.json_schema.rewrites.required import declare_required
 
 __all__ = ["MAX_DEPENDENT", "rewrite_exact"]
 
-MAX_DEPENDENT = 3
 _ROUNDS = 3
-_OBJECT_KEYS = frozenset({"type", "properties", "required", "additionalProperties"})
 _MOVED = ("allOf", "oneOf", "not", "properties", "dependentRequired", "dependencies")  # what a rewrite moves or renames
 _INTERACTING = frozenset(
     {"$ref", "allOf", "anyOf", "oneOf", "not", "if", "then", "else", "properties", "patternProperties",
@@ -161,13 +165,13 @@ def merge_all_of(value: dict[str, Any]) -> bool:
     branches = value.get("allOf")
     if not isinstance(branches, list) or not branches:
         return False
-    own = {k: v for k, v in value.items() if k in _OBJECT_KEYS}
-    if any(k not in _OBJECT_KEYS and k not in _NEUTRAL for k in value if k != "allOf"):
+    own = {k: v for k, v in value.items() if k in OBJECT_KEYS}
+    if any(k not in OBJECT_KEYS and k not in _NEUTRAL for k in value if k != "allOf"):
         return False
     merged = _merge([own, *branches])
     if merged is None:
         return False
-    for key in _OBJECT_KEYS | {"allOf"}:
+    for key in OBJECT_KEYS | {"allOf"}:
         value.pop(key, None)
     value.update(merged)
     return True
@@ -175,7 +179,7 @@ def merge_all_of(value: dict[str, Any]) -> bool:
 
 def _merge(parts: list[Any]) -> dict[str, Any] | None:
     """One object schema admitting only what every part admits, or None."""
-    if not all(isinstance(p, dict) and _mergeable(p) for p in parts):
+    if not all(isinstance(p, dict) and mergeable(p) for p in parts):
         return None
     props: dict[str, Any] = {}
     for part in parts:
@@ -198,16 +202,6 @@ def _merge(parts: list[Any]) -> dict[str, Any] | None:
     if closed:
         out["additionalProperties"] = False
     return out
-
-
-def _mergeable(part: dict[str, Any]) -> bool:
-    return (
-        all(k in _OBJECT_KEYS or k in _NEUTRAL for k in part)
-        and part.get("type", "object") == "object"
-        and part.get("additionalProperties", False) is False
-        and isinstance(part.get("properties", {}), dict)
-        and isinstance(part.get("required", []), list)
-    )
 
 
 def _both(a: Any, b: Any) -> Any:
@@ -267,55 +261,6 @@ def _not_values(value: dict[str, Any], bad: Any) -> bool:
     value.pop("const", None)
     value["enum"] = keep
     return True
-
-
-def dependent_required(value: dict[str, Any]) -> bool:
-    """``dependentRequired`` over a closed object's declared properties: an ``anyOf``."""
-    deps, props = value.get("dependentRequired"), value.get("properties")
-    if not isinstance(deps, dict) or not isinstance(props, dict) or not 0 < len(deps) <= MAX_DEPENDENT:
-        return False
-    base = {k: v for k, v in value.items() if k in _OBJECT_KEYS}
-    if any(k not in _OBJECT_KEYS and k not in _NEUTRAL for k in value if k != "dependentRequired"):
-        return False
-    if not _mergeable(base) or any(n not in props or any(d not in props for d in ds) for n, ds in deps.items()):
-        return False
-    branches = [b for present in itertools.product((False, True), repeat=len(deps)) if (b := _arm(base, deps, present))]
-    if not branches:
-        return False
-    for key in _OBJECT_KEYS | {"dependentRequired"}:
-        value.pop(key, None)
-    value["anyOf"] = branches
-    return True
-
-
-def draft7_dependencies(value: dict[str, Any]) -> bool:
-    """Draft 7's ``dependencies`` with name lists only (2020-12's ``dependentRequired``), when
-    the ``dependentRequired`` rewrite then applies."""
-    deps = value.get("dependencies")
-    if "dependentRequired" in value or not isinstance(deps, dict):
-        return False
-    if not all(isinstance(names, list) for names in deps.values()):
-        return False  # a schema value is draft 7's dependentSchemas
-    trial = {k: v for k, v in value.items() if k != "dependencies"} | {"dependentRequired": deps}
-    if not dependent_required(trial):
-        return False
-    value.clear()
-    value.update(trial)
-    return True
-
-
-def _arm(base: dict[str, Any], deps: dict[str, list[str]], present: tuple[bool, ...]) -> dict[str, Any] | None:
-    required = list(base.get("required", []))
-    absent = {n for n, on in zip(deps, present) if not on}
-    for name, on in zip(deps, present):
-        if on:
-            required += [name, *deps[name]]
-    required = list(dict.fromkeys(required))
-    if absent & set(required):
-        return None
-    props = {n: s for n, s in base["properties"].items() if n not in absent}
-    arm: dict[str, Any] = {"type": "object", "properties": props, "additionalProperties": False}
-    return {**arm, "required": required} if required else arm
 
 
 _STEPS = (
