@@ -68,13 +68,9 @@ class LarkRouter:
         return (None, cached[len(_REFUSED) :]) if cached.startswith(_REFUSED) else (cached, "")
 
     def _native(self, text: str) -> str:
-        from llguidance import LLMatcher
-
         lark = native_json_schema_to_lark(json.loads(text))
-        is_error, messages = LLMatcher.validate_grammar_with_warnings(LLMatcher.grammar_from_lark(lark))
-        messages = [m for m in messages if not m.startswith(_TOKEN_REFS)]
-        if is_error or messages:
-            return _REFUSED + "; ".join(m.splitlines()[0] for m in messages)[:300]
+        if (objections := _objections(lark)) is not None:
+            return _REFUSED + "; ".join(m.splitlines()[0] for m in objections)[:300]
         return lark
 
     def _checked(self, kind: str, text: str) -> str | None:
@@ -86,11 +82,19 @@ class LarkRouter:
         except NotExpressible as exc:
             log.debug("%s stays with xgrammar: %s", kind, exc)
             return None
-        from llguidance import LLMatcher
-
-        is_error, messages = LLMatcher.validate_grammar_with_warnings(LLMatcher.grammar_from_lark(lark))
-        messages = [m for m in messages if not m.startswith(_TOKEN_REFS)]
-        if is_error or messages:
-            log.info("%s stays with xgrammar (llguidance: %s)", kind, "; ".join(messages)[:300])
+        if (objections := _objections(lark)) is not None:
+            log.info("%s stays with xgrammar (llguidance: %s)", kind, "; ".join(objections)[:300])
             return None
         return lark
+
+
+def _objections(lark: str) -> list[str] | None:
+    """llguidance's errors and warnings on ``lark`` (checked without a tokenizer); None: it takes
+    the grammar as it is."""
+    from llguidance import LLMatcher
+
+    is_error, messages = LLMatcher.validate_grammar_with_warnings(LLMatcher.grammar_from_lark(lark))
+    messages = [m for m in messages if not m.startswith(_TOKEN_REFS)]
+    if not is_error and not messages:
+        return None
+    return messages or ["llguidance refused the grammar"]
