@@ -143,12 +143,12 @@ def check_schema(
     schema, ignored = strip_unknown(schema)
     schema, rewritten = rewrite_exact(schema)
     problems = _problems(schema)
-    if problems and not allow_loosening:
-        if not defer_unsupported or any(p.keyword in NOT_FOR_LLGUIDANCE for p in problems):
-            raise UnsupportedKeywordError(problems)
-        check_patterns(schema)
-        return CheckedSchema(schema, canonical_json(schema), (), ignored, rewritten, unenforced=tuple(problems))
+    deferred = problems and not allow_loosening
+    if deferred and (not defer_unsupported or any(p.keyword in NOT_FOR_LLGUIDANCE for p in problems)):
+        raise UnsupportedKeywordError(problems)
     check_patterns(schema)  # every regex is matched again when the output is validated
+    if deferred:  # llguidance's own compiler takes them or refuses them (it checks satisfiability too)
+        return CheckedSchema(schema, canonical_json(schema), (), ignored, rewritten, unenforced=tuple(problems))
     checked = _loosen(schema, problems) if problems else CheckedSchema(schema, canonical_json(schema))
     check_productive(checked.schema)
     return replace(checked, ignored=ignored, rewritten=rewritten) if ignored or rewritten else checked

@@ -16,6 +16,7 @@ the translation emits it (a ``%json`` element, bounded whitespace) with SmolLM2'
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,17 @@ def _routed(schema: Any, build: Any = _lark) -> tuple[dict[str, Any], str] | Non
     return None if is_error or messages else (served, lark)
 
 
+def suite_served(route: Callable[[Any], tuple[dict[str, Any], str] | None]) -> Iterator[tuple[str, Any, dict, str]]:
+    """(where: file and case, the case, the schema as sent, its Lark grammar) for each
+    JSON-Schema-Test-Suite (draft2020-12) case ``route`` sends to llguidance."""
+    from assets import schema_suite_dir
+
+    for path in sorted(schema_suite_dir().glob("*.json")):
+        for case in json.loads(path.read_text()):
+            if (found := route(case["schema"])) is not None:
+                yield f"{path.name}: {case['description']}", case, *found
+
+
 SPACED = (", ", ": ")
 """How llguidance writes a const/enum object or array (xgrammar: compact)."""
 
@@ -98,39 +110,30 @@ def test_suite_instances_llguidance_and_the_policy_agree(smollm2, build):
     - llguidance accepts: the instance is valid and xgrammar accepts it too;
     - the policy accepts (valid under the schema as served, ``strict_schema``: strict mode written
       out), or xgrammar accepts: llguidance accepts it too."""
-    from assets import schema_suite_dir
-
     tokenizer, compiler, guidance = smollm2
     routed = promised = 0
     failures: list[str] = []
-    for path in sorted(schema_suite_dir().glob("*.json")):
-        for case in json.loads(path.read_text()):
-            found = _routed(case["schema"], build)
-            if found is None:
-                continue
-            routed += 1
-            schema, lark = found
-            try:  # a few schemas xgrammar 0.2.7 cannot compile (test_schema_suite.py): llguidance serves them
-                compiled = compile_text(compiler, "json_schema", json.dumps(schema))
-            except RuntimeError:
-                compiled = None
-            served = LinearValidator(strict_schema(schema))
-            for test in case["tests"]:
-                where = f"{path.name}: {case['description']}: {test['description']}"
-                text = grammar_text(test["data"], schema, const_separators=SPACED)
-                by_llguidance = guidance.accepts(lark, text)
-                xgrammar_text = grammar_text(test["data"], schema)
-                by_xgrammar = compiled is not None and walk_tokens(compiled, tokenizer, xgrammar_text).accepted
-                by_policy = test["valid"] and served.is_valid(test["data"])
-                promised += by_policy
-                if by_llguidance and not test["valid"]:
-                    failures.append(f"unsound: {where}")
-                elif by_llguidance and compiled is not None and not by_xgrammar:
-                    failures.append(f"looser than xgrammar: {where}: {text}")
-                elif not by_llguidance and (by_policy or by_xgrammar):
-                    failures.append(
-                        f"refuses what the {'policy' if by_policy else 'xgrammar'} accepts: {where}: {text}"
-                    )
+    for named, case, schema, lark in suite_served(lambda s: _routed(s, build)):
+        routed += 1
+        try:  # a few schemas xgrammar 0.2.7 cannot compile (test_schema_suite.py): llguidance serves them
+            compiled = compile_text(compiler, "json_schema", json.dumps(schema))
+        except RuntimeError:
+            compiled = None
+        served = LinearValidator(strict_schema(schema))
+        for test in case["tests"]:
+            where = f"{named}: {test['description']}"
+            text = grammar_text(test["data"], schema, const_separators=SPACED)
+            by_llguidance = guidance.accepts(lark, text)
+            xgrammar_text = grammar_text(test["data"], schema)
+            by_xgrammar = compiled is not None and walk_tokens(compiled, tokenizer, xgrammar_text).accepted
+            by_policy = test["valid"] and served.is_valid(test["data"])
+            promised += by_policy
+            if by_llguidance and not test["valid"]:
+                failures.append(f"unsound: {where}")
+            elif by_llguidance and compiled is not None and not by_xgrammar:
+                failures.append(f"looser than xgrammar: {where}: {text}")
+            elif not by_llguidance and (by_policy or by_xgrammar):
+                failures.append(f"refuses what the {'policy' if by_policy else 'xgrammar'} accepts: {where}: {text}")
     assert routed >= 40, routed  # the comparison covers a real share of the suite
     assert promised >= 100, promised  # and of its valid instances
     assert not failures, failures

@@ -18,7 +18,7 @@ import pytest
 from grammars.compile import LarkRouter, load_compiler
 from grammars.errors import GrammarError
 from grammars.json_schema import check_schema
-from tests.grammars.test_llguidance_json import SPACED, Guidance
+from tests.grammars.test_llguidance_json import SPACED, Guidance, suite_served
 from tools.grammar_check import grammar_text
 
 NO_TOKENIZER = Path("/nonexistent/tokenizer.json")
@@ -45,25 +45,18 @@ def _native(schema: Any, router: LarkRouter) -> tuple[dict[str, Any], str] | Non
 
 
 def test_the_native_route_accepts_no_invalid_instance_of_the_suite(guidance):
-    from assets import schema_suite_dir
-
     router = LarkRouter(NO_TOKENIZER)
     served, valid, refused_valid, unsound = 0, 0, [], []
-    for path in sorted(schema_suite_dir().glob("*.json")):
-        for case in json.loads(path.read_text()):
-            found = _native(case["schema"], router)
-            if found is None:
-                continue
-            served += 1
-            schema, lark = found
-            for test in case["tests"]:
-                where = f"{path.name}: {case['description']}: {test['description']}"
-                accepted = guidance.accepts(lark, grammar_text(test["data"], schema, const_separators=SPACED))
-                if accepted and not test["valid"]:
-                    unsound.append(where)
-                valid += test["valid"]
-                if test["valid"] and not accepted:
-                    refused_valid.append(where)
+    for named, case, schema, lark in suite_served(lambda s: _native(s, router)):
+        served += 1
+        for test in case["tests"]:
+            where = f"{named}: {test['description']}"
+            accepted = guidance.accepts(lark, grammar_text(test["data"], schema, const_separators=SPACED))
+            if accepted and not test["valid"]:
+                unsound.append(where)
+            valid += test["valid"]
+            if test["valid"] and not accepted:
+                refused_valid.append(where)
     assert not unsound, unsound
     assert served >= 30, served  # the route serves a real share of the suite's deferred schemas
     # the one narrowing: ``format`` is enforced (the suite's "only an annotation" cases)
