@@ -26,13 +26,13 @@ def start_engine(model_dir: Path, fast_forward: bool, dtype: str, max_running: i
     from service.engine import EngineOptions, prepare_process_env
     from service.settings import EngineSettings
 
-    prepare_process_env("cpu")
-    replace(RuntimeExtConfig.from_env(), fast_forward=fast_forward).export()
-    import sglang
-
     settings = EngineSettings(
         max_total_tokens=8192, page_size=1, disable_overlap_schedule=True, max_running_requests=max_running
     )
+    prepare_process_env("cpu", settings)  # the service's environment and start method (fork on cpu)
+    replace(RuntimeExtConfig.from_env(), fast_forward=fast_forward).export()
+    import sglang
+
     options = EngineOptions(model_path=model_dir, dtype=dtype, engine=settings)
     return sglang.Engine(**options.engine_kwargs(), grammar_backend="llguidance")
 

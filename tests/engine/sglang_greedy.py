@@ -32,13 +32,14 @@ def main() -> None:
     from service.engine import EngineOptions, prepare_process_env
     from service.settings import EngineSettings
 
-    prepare_process_env("cpu")
+    settings = EngineSettings(max_total_tokens=4096, page_size=1)
+    prepare_process_env("cpu", settings)  # the service's environment and start method (fork on cpu)
     import sglang
 
     options = EngineOptions(
         model_path=model_dir,
         dtype=dtype,
-        engine=EngineSettings(max_total_tokens=4096, page_size=1),
+        engine=settings,
         kv_cache=kv_cache,
         quantization={"none": None, "modelslim": "modelslim"}.get(scheme, f"structserve_{scheme}"),
     )

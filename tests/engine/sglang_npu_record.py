@@ -3,9 +3,10 @@ their torch_npu is the strict, recording emulation (``tests/unit/runtime_ext/npu
 
     STRUCTSERVE_NPU_RECORD=calls.jsonl python tests/engine/sglang_npu_record.py <sglang_greedy.py args>
 
-The switch runs at import of this module: SGLang starts its scheduler with the ``spawn`` method,
-which re-runs the main module (as ``__mp_main__``) in the child, so the scheduler, where the ops
-run, installs it too. Without the variable this is exactly ``sglang_greedy.py``.
+The switch runs at import of this module, so the scheduler, where the ops run, has it under either
+start method: forked (the service's choice on cpu, ``sglang_greedy.py``'s) it inherits it; spawned,
+it re-runs this main module (as ``__mp_main__``). Without the variable this is exactly
+``sglang_greedy.py``.
 """
 
 from __future__ import annotations

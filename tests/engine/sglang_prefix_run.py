@@ -29,13 +29,11 @@ def main() -> None:
 
     replace(RuntimeExtConfig.from_env(), combine_blocks=int(combine)).export()
 
-    prepare_process_env("cpu")
+    settings = EngineSettings(max_total_tokens=int(os.environ.get("POOL", 8192)), page_size=16)
+    prepare_process_env("cpu", settings)  # the service's environment and start method (fork on cpu)
     import sglang
 
-    pool = int(os.environ.get("POOL", 8192))
-    options = EngineOptions(
-        model_path=model_dir, dtype=dtype, engine=EngineSettings(max_total_tokens=pool, page_size=16), prefix_cache=mode
-    )
+    options = EngineOptions(model_path=model_dir, dtype=dtype, engine=settings, prefix_cache=mode)
     engine = sglang.Engine(**options.engine_kwargs())
     try:
         params = {"temperature": 0, "max_new_tokens": n_tokens, "ignore_eos": True}
