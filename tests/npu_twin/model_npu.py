@@ -20,7 +20,9 @@ kept per step (``Served.syncs``, ``Served.kernels``).
 
 from __future__ import annotations
 
+import contextlib
 import types
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -63,6 +65,27 @@ class Served:
 
     @torch.no_grad()
     def step(self, ids: list[int], start: int, decode: bool) -> torch.Tensor:
+        with self._forward(ids, start, decode) as (batch, seen):
+            logits = self.model.forward(batch.input_ids, batch.positions, batch).next_token_logits
+        if decode:
+            self.syncs.append(list(seen))
+            self.kernels.append(list(twin.SYNCS.kernels))
+        return logits[-1].float()
+
+    @torch.no_grad()
+    def logits(self, ids: list[int]) -> torch.Tensor:
+        """Next-token logits (float32, ``[len(ids), vocab]``) of one extend of ``ids`` over an empty cache:
+        SGLang's ``LlamaModel.forward`` (each layer stores its K/V in the pool and its attention reads
+        the sequence back from it), then ``lm_head`` over every position in float32 (``LogitsProcessor``
+        computes the last position's, the only one the model's own forward returns)."""
+        with self._forward(ids, 0, decode=False) as (batch, _):
+            hidden = self.model.model(batch.input_ids, batch.positions, batch)
+        return hidden.float() @ self.model.lm_head.weight.float().T
+
+    @contextlib.contextmanager
+    def _forward(self, ids: list[int], start: int, decode: bool) -> Iterator[tuple[Any, list[str]]]:
+        """The batch of one step (its rows in ``req_to_token``, the backend's metadata) inside SGLang's
+        ``forward_context``, and the host syncs the step makes (``twin.count_host_syncs``)."""
         from sglang.srt.model_executor.forward_context import ForwardContext, forward_context
 
         batch = forward_batch(ids, start, decode)
@@ -70,11 +93,7 @@ class Served:
         self.pools.req_to_token_pool.req_to_token[0, : len(rows)] = rows
         with twin.count_host_syncs() as seen, forward_context(ForwardContext(self.backend), forward_batch=batch):
             self.backend.init_forward_metadata(batch)
-            logits = self.model.forward(batch.input_ids, batch.positions, batch).next_token_logits
-        if decode:
-            self.syncs.append(list(seen))
-            self.kernels.append(list(twin.SYNCS.kernels))
-        return logits[-1].float()
+            yield batch, seen
 
     def greedy(self, ids: list[int], tokens: int) -> list[int]:
         """``tokens`` greedy tokens after ``ids``: one extend, then one decode step per token."""
@@ -82,6 +101,12 @@ class Served:
         while len(out) < tokens:
             out.append(int(self.step(out[-1:], len(ids) + len(out) - 1, decode=True).argmax()))
         return out
+
+
+def perplexity(all_logits: torch.Tensor, ids: list[int]) -> float:
+    """exp of the mean negative log-likelihood of ``ids[1:]`` under ``all_logits`` (``Served.logits(ids)``)."""
+    lp = torch.log_softmax(all_logits[:-1], dim=-1)
+    return float(torch.exp(-lp.gather(1, torch.tensor(ids[1:]).unsqueeze(1)).mean()))
 
 
 def one_rank() -> types.SimpleNamespace:

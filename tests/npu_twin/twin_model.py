@@ -18,6 +18,7 @@ NPU KV pool ``KVCacheConfigurator`` builds, ``LlamaForCausalLM.forward`` with it
 
 from __future__ import annotations
 
+import math
 import os
 from collections import Counter
 from functools import cache
@@ -30,7 +31,8 @@ from tests.npu_twin import twin
 twin.require()
 
 from runtime_ext.plugin import _STATE  # noqa: E402
-from tests.npu_twin.model_npu import Served, one_rank  # noqa: E402
+from tests.npu_twin.cpu_engine import CpuRun, cpu_engine  # noqa: E402
+from tests.npu_twin.model_npu import Served, one_rank, perplexity  # noqa: E402
 from tests.npu_twin.sglang_npu import engine_options, resolved, resolved_args  # noqa: E402
 
 PROMPT = "The capital of France is"  # the quality prompt (a continuation; as in twin_modelslim.py)
@@ -40,7 +42,10 @@ STATIC_AGREEMENT = 6  # leading tokens C8-S's answer shares with the bf16 answer
 MODES = ("bf16", "c8_dynamic", "c8_static")
 SYNC_FREE = ("c8_dynamic", "c8_static")
 # the C8 pool's read dequantizes its whole buffer per layer: a small pool keeps the run short
-POOL_TOKENS = 256
+POOL_TOKENS = 512  # a request's rows start at page 1 (128): the held-out window fits behind them
+WINDOW = 256  # held-out tokens (the start of Persuasion, as the CPU engine's C8 tests read)
+PPL_MARGIN = 0.005  # the twin's C8 perplexity delta within the CPU engine's own delta + 0.5 %
+BF16_PPL_TOLERANCE = 0.01  # the twin's bf16 perplexity vs the CPU engine's (other kernels, both bf16)
 CALIBRATION_TOKENS = 128  # SmolLM2's static KV scales, calibrated here (tools/kv_calibrate.py)
 DECODE_OPS = {  # what one decode step of the model calls, per KV mode (SGLang's NPU layers; ops/kv_npu.py)
     "bf16": {"npu_rms_norm", "npu_add_rms_norm", "split_qkv_rmsnorm_rope", "npu_swiglu", "_npu_reshape_and_cache",
@@ -90,6 +95,36 @@ def _served(mode: str, smollm2: str, model) -> tuple:
     args = resolved_args(engine_options(smollm2, kv_cache=mode, page_size=128, max_total_tokens=POOL_TOKENS))
     served = Served(args, model)
     return args, served, _STATE.kv_cache.built
+
+
+@pytest.fixture(scope="module")
+def window(assets) -> list[int]:
+    from assets import eval_text
+    from tools.quant.offline import token_ids
+
+    return token_ids(assets.smollm2, eval_text(), WINDOW)
+
+
+@pytest.fixture(scope="module")
+def cpu_runs(assets, prompt, window) -> dict[str, CpuRun]:
+    """The CPU engine per KV mode (two runs at a time): the quality prompt's answer and the window's
+    prompt logprobs, with the C8-S scales the twin uses (``plugin_loaded``)."""
+    from tests.engine.together import together
+
+    runs = together(
+        *(lambda m=m: cpu_engine(assets.smollm2, [prompt, window], ANSWER_TOKENS, kv_cache=m) for m in MODES)
+    )
+    return dict(zip(MODES, runs))
+
+
+@pytest.fixture(scope="module")
+def perplexities(serve, window, cpu_runs) -> dict[str, dict[str, float]]:
+    """Held-out perplexity of the window per KV mode: the twin's (one extend through SGLang's NPU model
+    path, every token read back from the NPU pool) and the CPU engine's (its prefill, likewise)."""
+    twin_ppl = {mode: perplexity(serve(mode)[1].logits(window), window) for mode in MODES}
+    cpu_ppl = {mode: math.exp(-sum(run.prompt_logprobs[1]) / (len(window) - 1)) for mode, run in cpu_runs.items()}
+    print(f"\nheld-out perplexity over {len(window)} tokens: twin {twin_ppl}, CPU engine {cpu_ppl}")
+    return {"twin": twin_ppl, "cpu": cpu_ppl}
 
 
 @pytest.fixture(scope="module")
@@ -162,3 +197,20 @@ def test_c8_decode_step_makes_no_host_sync_beyond_bf16(serve, mode):
     bf16, c8 = serve("bf16")[1].syncs, serve(mode)[1].syncs
     print(f"\nhost syncs per decode step: bf16 {Counter(bf16[0])}, {mode} {Counter(c8[0])}")
     assert c8 == bf16
+
+
+def test_bf16_answer_and_perplexity_equal_the_cpu_engine(serve, cpu_runs, perplexities):
+    assert serve("bf16")[3] == cpu_runs["bf16"].answers[0]
+    twin_ppl, cpu_ppl = perplexities["twin"]["bf16"], perplexities["cpu"]["bf16"]
+    assert abs(twin_ppl / cpu_ppl - 1) < BF16_PPL_TOLERANCE, perplexities
+
+
+@pytest.mark.parametrize("mode", SYNC_FREE)
+def test_c8_perplexity_delta_is_within_the_cpu_engines_own_plus_half_a_percent(perplexities, mode):
+    """What C8 costs on SGLang's NPU path (twin: mode vs bf16) is at most what it costs on the CPU
+    engine (the same modes, scales and window) + 0.5 %: the NPU store, scales and dequantized read lose
+    nothing the CPU path keeps."""
+    twin_delta = perplexities["twin"][mode] / perplexities["twin"]["bf16"] - 1
+    cpu_delta = perplexities["cpu"][mode] / perplexities["cpu"]["bf16"] - 1
+    print(f"\n{mode}: perplexity delta twin {twin_delta:+.4%}, CPU engine {cpu_delta:+.4%}")
+    assert twin_delta <= max(cpu_delta, 0.0) + PPL_MARGIN, perplexities
