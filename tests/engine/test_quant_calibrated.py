@@ -1,6 +1,6 @@
-"""AWQ and GPTQ W4A16 g128 exports of SmolLM2 (`structserve quant calibrate --method awq|gptq`,
-GPTQ symmetric and asymmetric (``--asym``: a zero point per group, served through the stored
-``weight_offset``), few calibration tokens here) served by the real SGLang engine:
+"""AWQ and GPTQ W4A16 g128 exports of SmolLM2 (`structserve quant calibrate --method awq|gptq`; GPTQ
+asymmetric with act-order, ``--asym``: a zero point per group, served through the stored
+``weight_offset``; few calibration tokens here) served by the real SGLang engine:
 
 - held-out perplexity (a Persuasion window, prompt logprobs) below round-to-nearest's (RTN of
   the same base weights, fake-quantized in HF with the reference math of ``tools.quant.offline``);
@@ -9,7 +9,9 @@ GPTQ symmetric and asymmetric (``--asym``: a zero point per group, served throug
 
 The exports load as the service loads them (``quantization=modelslim``, the plugin's override picks
 who serves them); `structserve serve` of an msModelSlim export through the openai client is
-``test_quant_recipe.py``'s (one server start kept out of the suite's budget).
+``test_quant_recipe.py``'s (one server start kept out of the suite's budget). Symmetric GPTQ is
+held to RTN per layer (``tests/unit/tools/test_gptq_awq.py``); its serving path is the one an
+asymmetric export takes with zero offsets (``test_quant_engine.py`` serves a symmetric export).
 """
 
 from __future__ import annotations
@@ -47,10 +49,9 @@ def exports(assets, tmp_path_factory) -> dict[str, Path]:
     root, base = tmp_path_factory.mktemp("w4"), assets.smollm2
     cli("quant", "calibrate", "--method", "awq", "--tokens", CALIB_TOKENS, "--model", base, "--out", root / "awq")
     cli("quant", "export", "--scheme", "w4a16", "--model", root / "awq", "--out", root / "awq-w4a16")
-    gptq = ("quant", "calibrate", "--method", "gptq", "--act-order", "--tokens", CALIB_TOKENS)
-    cli(*gptq, "--model", base, "--out", root / "gptq-w4a16")
-    cli(*gptq, "--asym", "--model", base, "--out", root / "gptq-asym-w4a16")
-    return {"awq": root / "awq-w4a16", "gptq": root / "gptq-w4a16", "gptq-asym": root / "gptq-asym-w4a16"}
+    gptq = ("quant", "calibrate", "--method", "gptq", "--act-order", "--asym", "--tokens", CALIB_TOKENS)
+    cli(*gptq, "--model", base, "--out", root / "gptq-asym-w4a16")
+    return {"awq": root / "awq-w4a16", "gptq-asym": root / "gptq-asym-w4a16"}
 
 
 @pytest.fixture(scope="module")
@@ -109,8 +110,8 @@ def rtn_perplexity(model_dir: Path, ids: list[int]) -> float:
 
 @pytest.fixture(scope="module")
 def served(exports, window, tmp_path_factory) -> tuple[dict[str, list[float]], Path]:
-    """The three exports served in float32, and the asymmetric one as an NPU build in bf16 (its calls
-    recorded in the returned file): the four engine runs two at a time."""
+    """The two exports served in float32, and the asymmetric one as an NPU build in bf16 (its calls
+    recorded in the returned file): the three engine runs two at a time."""
     record = tmp_path_factory.mktemp("npu") / "calls.jsonl"
     jobs = {method: (lambda e=export: served_logprobs(e, window, "modelslim")) for method, export in exports.items()}
     jobs["npu"] = lambda: served_logprobs(exports["gptq-asym"], window, "modelslim", "bfloat16", record)
