@@ -18,9 +18,9 @@ NPU KV pool ``KVCacheConfigurator`` builds, ``LlamaForCausalLM.forward`` with it
 
 from __future__ import annotations
 
-import math
 import os
 from collections import Counter
+from concurrent.futures import Future
 from functools import cache
 
 import pytest
@@ -31,7 +31,7 @@ from tests.npu_twin import twin
 twin.require()
 
 from runtime_ext.plugin import _STATE  # noqa: E402
-from tests.npu_twin.cpu_engine import CpuRun, cpu_engine  # noqa: E402
+from tests.npu_twin.cpu_engine import CpuRun, cpu_engine, in_background  # noqa: E402
 from tests.npu_twin.model_npu import Served, one_rank, perplexity  # noqa: E402
 from tests.npu_twin.sglang_npu import engine_options, resolved, resolved_args  # noqa: E402
 
@@ -105,16 +105,19 @@ def window(assets) -> list[int]:
     return token_ids(assets.smollm2, eval_text(), WINDOW)
 
 
-@pytest.fixture(scope="module")
-def cpu_runs(assets, prompt, window) -> dict[str, CpuRun]:
-    """The CPU engine per KV mode (two runs at a time): the quality prompt's answer and the window's
-    prompt logprobs, with the C8-S scales the twin uses (``plugin_loaded``)."""
-    from tests.engine.together import together
-
-    runs = together(
-        *(lambda m=m: cpu_engine(assets.smollm2, [prompt, window], ANSWER_TOKENS, kv_cache=m) for m in MODES)
+@pytest.fixture(scope="module", autouse=True)
+def cpu_runs_started(plugin_loaded, assets, prompt, window) -> Future[dict[str, CpuRun]]:
+    """The CPU engine per KV mode (one run after the other, beside the twin's own work), started
+    before the twin loads its model: the quality prompt's answer and the window's prompt logprobs,
+    with the C8-S scales the twin uses (``plugin_loaded``)."""
+    return in_background(
+        lambda: {m: cpu_engine(assets.smollm2, [prompt, window], ANSWER_TOKENS, kv_cache=m) for m in MODES}
     )
-    return dict(zip(MODES, runs))
+
+
+@pytest.fixture(scope="module")
+def cpu_runs(cpu_runs_started) -> dict[str, CpuRun]:
+    return cpu_runs_started.result()
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +125,7 @@ def perplexities(serve, window, cpu_runs) -> dict[str, dict[str, float]]:
     """Held-out perplexity of the window per KV mode: the twin's (one extend through SGLang's NPU model
     path, every token read back from the NPU pool) and the CPU engine's (its prefill, likewise)."""
     twin_ppl = {mode: perplexity(serve(mode)[1].logits(window), window) for mode in MODES}
-    cpu_ppl = {mode: math.exp(-sum(run.prompt_logprobs[1]) / (len(window) - 1)) for mode, run in cpu_runs.items()}
+    cpu_ppl = {mode: run.perplexity(1) for mode, run in cpu_runs.items()}
     print(f"\nheld-out perplexity over {len(window)} tokens: twin {twin_ppl}, CPU engine {cpu_ppl}")
     return {"twin": twin_ppl, "cpu": cpu_ppl}
 

@@ -19,8 +19,6 @@ twin (started by ``test_under_twin.py``; docs/npu-twin.md).
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 
@@ -30,7 +28,7 @@ twin.require()
 
 from runtime_ext.quant.policy import QuantPolicy  # noqa: E402
 from tests.npu_twin import ops_quant  # noqa: E402
-from tests.npu_twin.cpu_engine import cpu_engine  # noqa: E402
+from tests.npu_twin.cpu_engine import cpu_engine, in_background  # noqa: E402
 from tests.npu_twin.model_npu import Served, perplexity  # noqa: E402
 from tests.npu_twin.modelslim_npu import load_model, quantized_linears, state_one_rank_groups  # noqa: E402
 
@@ -107,10 +105,18 @@ def passage_run(models, token_ids):
     return {"upstream": upstream, "ours": ours, "captured": captured, "calls": calls}
 
 
+@pytest.fixture(scope="module", autouse=True)
+def cpu_run_started(export_dir, token_ids):
+    """The CPU engine on the same export, started before the twin loads it: the quality prompt's
+    answer, the passage's prompt logprobs."""
+    return in_background(
+        lambda: cpu_engine(export_dir, [token_ids[1], token_ids[2]], ANSWER_TOKENS, scheme="modelslim")
+    )
+
+
 @pytest.fixture(scope="module")
-def cpu_run(export_dir, token_ids):
-    """The CPU engine on the same export: the quality prompt's answer, the passage's prompt logprobs."""
-    return cpu_engine(export_dir, [token_ids[1], token_ids[2]], ANSWER_TOKENS, scheme="modelslim")
+def cpu_run(cpu_run_started):
+    return cpu_run_started.result()
 
 
 def test_sglang_resolves_and_prepares_its_own_npu_w8a8_dynamic_method(models):
@@ -176,7 +182,7 @@ def test_greedy_answer_and_perplexity_match_the_cpu_engine(models, token_ids, pa
     answer = models["served"]["upstream"].greedy(prompt, ANSWER_TOKENS)
     ppl = {
         "sglang npu (twin)": perplexity(passage_run["upstream"], passage),
-        "cpu engine": math.exp(-sum(cpu_run.prompt_logprobs[1]) / (len(passage) - 1)),
+        "cpu engine": cpu_run.perplexity(1),
     }
     print(f"\nanswer: {tok.decode(answer)!r}; perplexity {ppl} over {len(passage)} tokens")
     assert answer == cpu_run.answers[0], (tok.decode(answer), tok.decode(cpu_run.answers[0]))
