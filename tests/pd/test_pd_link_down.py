@@ -77,10 +77,11 @@ def test_a_killed_prefill_fails_its_request_at_once_and_decode_frees_the_pages(p
 
     assert "at" in outcome, "the client got no answer"
     waited = outcome["at"] - killed_at
+    print(f"\nthe client's error came {waited:.2f} s after the kill: {outcome['error']}")
     assert outcome["error"] is not None
-    # The goal is 1 s; through smg 1.13.0 the error came 1.41 s after the kill (twice): smg ends
-    # the pair only when decode's half answers, and decode answers once it notices the gateway
-    # dropped it (its disconnect poll) or the probe proves the prefill down. A miss, kept visible.
+    # The goal is 1 s: measured 0.21 s on a quiet machine (smg's request to the killed prefill
+    # fails at once), 1.41 s at load average 50-70 (smg then waits for decode's half, which answers
+    # on its disconnect poll or once the probe proves the prefill down). 2 s: a loaded CI machine.
     assert waited <= 2.0, f"the client's error came {waited:.2f} s after the kill ({outcome['error']})"
     deadline = killed_at + 1.0
     while free_tokens(pd.decode) < idle_free and time.monotonic() < deadline:
