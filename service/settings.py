@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from runtime_ext.config import DEFAULT_KV_ROTATION, Admission, KVRotation
-from runtime_ext.kv_cache.support import unsupported_kv_cache
+from runtime_ext.kv_cache.support import unsupported_kv_cache, unsupported_kv_cache_with_pd
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 DEFAULT_CONFIG = CONFIG_DIR / "default.yaml"
@@ -260,8 +260,11 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _kv_cache_on_device(self) -> "Settings":
-        """A KV cache mode the device's SGLang path cannot serve stops the server (runtime_ext.kv_cache.support)."""
+        """A KV cache mode the device's SGLang path (or a PD replica's transfer) cannot serve stops the server
+        (runtime_ext.kv_cache.support)."""
         if (error := unsupported_kv_cache(self.kv_cache, self.engine.device)) is not None:
+            raise ValueError(error)
+        if (error := unsupported_kv_cache_with_pd(self.kv_cache, self.engine.disaggregation.mode)) is not None:
             raise ValueError(error)
         return self
 

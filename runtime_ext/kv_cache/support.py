@@ -41,3 +41,17 @@ def unsupported_kv_cache(mode: str, device: str) -> str | None:
         f"kv_cache: {mode} is not supported on device: {device} yet: {why}. "
         f"Use kv_cache: {' or '.join(SERVED.get(device, ('bf16',)))} on device: {device} (docs/npu-twin.md)"
     )
+
+
+def unsupported_kv_cache_with_pd(mode: str, disaggregation: str | None) -> str | None:
+    """The startup error for ``kv_cache: mode`` on a PD replica (``engine.disaggregation.mode``);
+    None when it is served. SGLang 0.5.23 registers for the KV transfer only the pool's K and V
+    buffers (``MHATokenToKVPool._pd_registerable_tensors``), not a C8 method's scales or residual
+    side buffers: decode would read the int8 K/V under scales that never arrived."""
+    if disaggregation is None or mode == "bf16":
+        return None
+    return (
+        f"kv_cache: {mode} is not supported with engine.disaggregation.mode: {disaggregation} yet: SGLang "
+        "moves only the KV pool's K and V buffers from prefill to decode, not the C8 scales, so decode would "
+        "read the int8 K/V under the wrong scales. Use kv_cache: bf16 on both PD replicas (docs/scale-out.md)"
+    )

@@ -57,3 +57,18 @@ SERVED = [("npu", "bf16"), ("npu", "c8_dynamic"), ("npu", "c8_static")] + [("cpu
 def test_served_combinations_load(device: str, mode: str) -> None:
     settings = load_settings(kv_cache=mode, engine={"device": device})
     assert (settings.engine.device, settings.kv_cache) == (device, mode)
+
+
+@pytest.mark.parametrize("pd_mode", ["prefill", "decode"])
+@pytest.mark.parametrize("mode", [m for m in KV_MODES if m != "bf16"])
+def test_a_c8_cache_on_a_pd_replica_is_refused_naming_both_settings(mode: str, pd_mode: str) -> None:
+    """The KV transfer moves the pool's K/V buffers only, not the C8 scales: refused, never served."""
+    with pytest.raises(ValidationError) as err:
+        load_settings(kv_cache=mode, engine={"disaggregation": {"mode": pd_mode}})
+    assert f"kv_cache: {mode} is not supported with engine.disaggregation.mode: {pd_mode}" in str(err.value)
+    assert "Use kv_cache: bf16" in str(err.value)
+
+
+def test_bf16_on_a_pd_replica_and_c8_without_pd_load() -> None:
+    assert load_settings(kv_cache="bf16", engine={"disaggregation": {"mode": "decode"}}).kv_cache == "bf16"
+    assert load_settings(kv_cache="c8_dynamic").engine.disaggregation.mode is None
