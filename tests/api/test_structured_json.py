@@ -87,12 +87,19 @@ def test_random_model_is_forced_into_the_schema(qwen_server, schema):
 
 
 def test_json_object_gives_an_object(qwen_server):
-    choice = _post(qwen_server, response_format={"type": "json_object"}, max_tokens=64, temperature=0).json()[
-        "choices"
-    ][0]
-    if choice["finish_reason"] == "stop":
-        assert isinstance(json.loads(choice["message"]["content"]), dict)
-    assert choice["message"]["content"].startswith("{")
+    """The random model rarely closes its object within 64 tokens (greedy never does: measured), so
+    several seeds: each finished output is an object, each cut one starts one and says it was cut."""
+    finished = 0
+    for seed in range(8):
+        resp = _post(qwen_server, response_format={"type": "json_object"}, max_tokens=64, temperature=1.0, seed=seed)
+        choice = resp.json()["choices"][0]
+        assert choice["message"]["content"].startswith("{"), choice
+        if choice["finish_reason"] == "stop":
+            finished += 1
+            assert isinstance(json.loads(choice["message"]["content"]), dict)
+        else:
+            assert choice["finish_reason"] == "length" and "truncated" in choice["schema_validation"]["error"]
+    assert finished >= 1, "no seed finished its object: the dict check never ran"  # measured: seed 7
 
 
 def test_stream_equals_non_stream_with_schema(qwen_server):

