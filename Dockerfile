@@ -42,6 +42,11 @@ ENV STRUCTSERVE_VENV=/opt/venv
 COPY --from=deps /opt/venv /opt/venv
 COPY --from=deps /opt/gateway /opt/gateway
 WORKDIR /opt/structserve
+# Prefill/decode disaggregation (deploy/compose-pd.yaml): Mooncake's CUDA-free transfer engine
+# (pinned) and the three Debian libraries it links; a few MB, in a layer of its own.
+COPY requirements/optional/pd.txt requirements/optional/pd.txt
+COPY scripts/setup_pd.sh scripts/setup_pd.sh
+RUN STRUCTSERVE_VENV=/opt/venv bash scripts/setup_pd.sh && rm -rf /var/lib/apt/lists/*
 COPY requirements requirements
 COPY shims shims
 COPY scripts scripts

@@ -7,7 +7,7 @@ set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-py=.venv/bin/python
+py="${STRUCTSERVE_VENV:-.venv}/bin/python"  # the image installs into /opt/venv
 libs=(libibverbs1 libnl-3-200 libnl-route-3-200)
 
 missing=()

@@ -26,8 +26,10 @@ from service.token_text import TokenTexts
 from service.types.plan import GenerationPlan
 from service.types.results import EngineDelta, EngineOutput, TokenLogprob
 
-# SGLang's decode-side failure text when it lost the prefill (its heartbeat, or runtime_ext.pd.link_down)
-PD_LINK_LOST = "Lost connection with prefill instance"
+# SGLang's failure texts for a broken prefill/decode link: decode lost the prefill (its heartbeat,
+# or runtime_ext.pd.link_down), or the prefill could not send the KV to decode (a refused or reset
+# transfer connection)
+PD_LINK_LOST = ("Lost connection with prefill instance", "Prefill transfer failed")
 
 log = logging.getLogger(__name__)
 
@@ -266,8 +268,8 @@ def _abort_error(message: str, status: int | None, plan: GenerationPlan) -> Serv
         return NumericalFaultError(message.removeprefix(kv_fault.PREFIX).strip())
     if message.startswith(DEATH):
         return unavailable(message.removeprefix(DEATH))
-    if PD_LINK_LOST in message:
-        return PDLinkDownError(f"the prefill replica of this request is unreachable: {message}")
+    if any(marker in message for marker in PD_LINK_LOST):
+        return PDLinkDownError(f"the link between this request's prefill and decode replicas failed: {message}")
     if not _GRAMMAR_FAILURE.search(message):
         if status == 400:
             return InvalidRequestError(f"the engine rejected the request: {message}")

@@ -96,9 +96,10 @@ class NumericalFaultError(ServiceError):
 
 
 class PDLinkDownError(ServiceError):
-    """Prefill/decode disaggregation: the prefill replica this request's KV was coming from is
-    unreachable (its port refuses connections, or SGLang's heartbeat lost it). The request
-    ended at once and its KV pages are freed; a retry needs another prefill replica."""
+    """Prefill/decode disaggregation: the link between this request's prefill and decode replicas
+    failed (decode: the prefill's port refuses connections, or SGLang's heartbeat lost it;
+    prefill: a KV write to decode was refused or reset). The request ended at once and its KV
+    pages are freed; a retry needs another prefill replica or the link back."""
 
     status = 502
     type = "server_error"

@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from runtime_ext.admission import decode_prealloc
 from runtime_ext.admission.budget import PassBudget, Sequence, usage
 from runtime_ext.state import AdmissionStats
 
@@ -103,6 +104,8 @@ def register(hooks: Any, hook_type: Any, stats: AdmissionStats, policy: str, res
 
     hooks.register(ADDER_TARGET, get_adder_class, hook_type.AROUND)
     hooks.register(RETRACT_TARGET, count_retraction, hook_type.AFTER)
+    if policy == "budget":  # the same arithmetic where a PD decode replica admits transfers
+        decode_prealloc.register(hooks, hook_type, stats)
 
 
 def admission_report(scheduler: Any, stats: AdmissionStats) -> dict:

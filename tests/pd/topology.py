@@ -17,6 +17,13 @@ from tests.server import ServerProcess, free_port
 # (smg's default is 5 retries, spread over ~0.7 s of backoff).
 PD_GATEWAY_FLAGS = ["--retry-max-retries", "1"]
 BASE_ENV = {"STRUCTSERVE_DTYPE": "float32", "STRUCTSERVE_REASONING__DEFAULT_THINKING": "false"}
+# Decode admits transfers under the budget, in a pool small enough for test_pd_decode_budget to
+# offer more than it holds (three requests that may each write 900 tokens).
+DECODE_POOL_TOKENS = 2048
+DECODE_ENV = {
+    "STRUCTSERVE_SCHEDULING__ADMISSION": "budget",
+    "STRUCTSERVE_ENGINE__MAX_TOTAL_TOKENS": str(DECODE_POOL_TOKENS),
+}
 
 
 def pd_env(mode: str, bootstrap_port: int, core: int) -> dict[str, str]:
@@ -59,7 +66,7 @@ class PDTopology:
         port = free_port()
         topo = cls(
             prefill=ServerProcess(model_dir, "pd-prefill", env=pd_env("prefill", port, 0)),
-            decode=ServerProcess(model_dir, "pd-decode", env=pd_env("decode", port, 1)),
+            decode=ServerProcess(model_dir, "pd-decode", env={**pd_env("decode", port, 1), **DECODE_ENV}),
             bootstrap_port=port,
         )
         try:
