@@ -16,12 +16,18 @@
 3. **Switch.** Steps from the decision to the first high-precision forward (events), and the
    per-layer cost in ``apply``: the flag read and ``observe``.
 
-Writes ``docs/img/quant_monitor_rates[_channel][_drift].png``: the outlier rate of the tripped modules
-per request, with the fallback marked.
+``--neurons-on disjoint`` picks the channel workload's outlier neurons on calibration text that
+neither the warm-up nor the held-out text contains; ``--standby-share 0.1`` keeps standby copies
+only within 10 % of the linear weights' bytes, ranked by a sensitivity scan of the warm-up text
+(as ``quant.monitor.max_fallback_bytes`` and ``quant.sensitive_layers`` do in the service).
+
+Writes ``docs/img/quant_monitor_rates[_channel][_drift][_disjoint][_standbyF].png``: the outlier rate
+of the tripped modules per request, with the fallback marked.
 
     .venv/bin/python bench/quant_monitor.py                                 # overhead + effect, boost 40
     .venv/bin/python bench/quant_monitor.py --skip-overhead --workload channel            # x256, layers 2,9,16
     .venv/bin/python bench/quant_monitor.py --skip-overhead --boost 300 --drift
+    .venv/bin/python bench/quant_monitor.py --skip-overhead --workload channel --neurons-on disjoint --standby-share 0.1
 """
 
 from __future__ import annotations
@@ -59,8 +65,7 @@ def start_engine(model: Path, quantized: bool, monitor: dict | None, events: Pat
 
     config = None
     if monitor is not None:
-        standby = all_modules(model) if monitor.pop("standby_all", False) else ()
-        config = MonitorConfig(enabled=True, **monitor, events_path=str(events) if events else None, standby=standby)
+        config = MonitorConfig(enabled=True, **monitor, events_path=str(events) if events else None)
     runtime = replace(
         RuntimeExtConfig.from_env(), quant_policy=QuantPolicy("w8a8_dynamic", keep=tuple(keep)), quant_monitor=config
     )
@@ -129,11 +134,28 @@ def perplexity(engine, windows: list[list[int]], after_each=lambda: None) -> flo
     return math.exp(-sum(logprobs) / len(logprobs))
 
 
-def effect_row(model: Path, kind: str, warmup: list[list[int]], held: list[list[int]], keep=()) -> dict:
+def standby_within(model: Path, text: str, share: float) -> tuple[str, ...]:
+    """The standby copies a deployment keeps at ``max_fallback_bytes`` = ``share`` of the linear
+    weights' bf16 bytes: the modules a sensitivity scan of ``text`` ranks first (KL with only that
+    layer quantized; ``structserve quant scan``), as the service's startup plans them."""
+    from runtime_ext.quant.monitor import kl_ranking, standby_plan
+    from runtime_ext.quant.policy import QuantPolicy
+    from service.startup import ModelInfo, module_bytes
+    from tools.quant.offline import scan
+
+    sizes = module_bytes(ModelInfo.read(model), "bfloat16")
+    scores = scan(model, text, QuantPolicy("w8a8_dynamic"), progress=lambda it: tqdm(it, desc="sensitivity scan"))
+    budget = int(share * sum(sizes.values()))
+    standby, _, extra = standby_plan(sizes, (), kl_ranking(sizes, scores), budget)
+    print(f"standby: {len(standby)} of {len(sizes)} modules, {extra / 2**20:.1f} MiB within {budget / 2**20:.1f} MiB")
+    return standby
+
+
+def effect_row(model: Path, kind: str, warmup: list[list[int]], held: list[list[int]], keep=(), standby=()) -> dict:
     """Warm-up requests (rates recorded after each), then held-out perplexity."""
     events = WORK / f"events-{kind}.jsonl"
     events.unlink(missing_ok=True)
-    monitor = {**DEFAULT, "standby_all": True} if kind == "INT8 + online fallback" else None
+    monitor = {**DEFAULT, "standby": standby} if kind == "INT8 + online fallback" else None
     engine = start_engine(model, not kind.startswith("bf16"), monitor, events, keep)
     try:
         history: list[dict[str, float]] = []
@@ -210,14 +232,20 @@ def main() -> None:
     tok = AutoTokenizer.from_pretrained(str(base))
     held_ids = tok.encode(eval_text()[: args.windows * args.window * 8], add_special_tokens=False)
     held = [held_ids[i * args.window : (i + 1) * args.window] for i in range(args.windows)]
-    warm_text = calibration_text()[: args.warmup * 128 * 8]
-    calib = tok.encode(warm_text.replace(",", "") if args.drift else warm_text, add_special_tokens=False)
+    text = calibration_text()[: 2 * args.warmup * 128 * 8]
+    calib = tok.encode(text.replace(",", "") if args.drift else text, add_special_tokens=False)
     warmup = [calib[i * 128 : (i + 1) * 128] for i in range(args.warmup)]
+    # --neurons-on disjoint: the next calibration tokens, which neither the warm-up nor the held-out text contain
+    disjoint = [calib[i * 128 : (i + 1) * 128] for i in range(args.warmup, 2 * args.warmup)]
     console = Console(width=160)
     if not args.skip_overhead:
         print_overhead(console, overhead(base, held))
-    model, title, tag = workload(args, base, warmup)
-    rows = {k: effect_row(model, k, warmup, held) for k in ("all INT8", "INT8 + online fallback", "bf16")}
+    model, title, tag = workload(args, base, warmup if args.neurons_on == "warmup" else disjoint)
+    scan_text = tok.decode([t for w in warmup for t in w])
+    standby = all_modules(model) if args.standby_share is None else standby_within(model, scan_text, args.standby_share)
+    rows = {
+        k: effect_row(model, k, warmup, held, standby=standby) for k in ("all INT8", "INT8 + online fallback", "bf16")
+    }
     if args.workload == "channel":  # how much of it the seeded modules carry; bf16 of the copy = the original's
         seeded = [f"model.layers.{i}.mlp.down_proj" for i in args.layers.split(",")]
         rows["INT8, only the seeded down_proj in bf16"] = effect_row(model, "seeded", warmup, held, seeded)
@@ -226,6 +254,9 @@ def main() -> None:
     fallback = rows["INT8 + online fallback"]
     (WORK / f"fallback-{tag}.json").write_text(json.dumps({k: fallback[k] for k in ("history", "events")}))
     stem = "quant_monitor_rates" + ("_channel" if args.workload == "channel" else "") + ("_drift" if args.drift else "")
+    stem += ("_disjoint" if args.neurons_on == "disjoint" else "") + (
+        f"_standby{args.standby_share:g}".replace(".", "p") if args.standby_share is not None else ""
+    )
     seeded = rows.get("INT8, only the seeded down_proj in bf16", {}).get("keep", ())
     plot(fallback["history"], fallback["events"], len(warmup), ROOT / "docs" / "img" / f"{stem}.png", seeded)
     print_switch(console, fallback["events"], select_cost())
@@ -244,20 +275,33 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--drift", action="store_true", help="warm up on text without ',' (traffic changes at the held-out text)"
     )
+    parser.add_argument(
+        "--neurons-on",
+        choices=("warmup", "disjoint"),
+        default="warmup",
+        help="channel: pick the outlier neurons on the warm-up text, or on calibration text disjoint from it",
+    )
+    parser.add_argument(
+        "--standby-share",
+        type=float,
+        default=None,
+        help="standby copies within this share of the linear weights' bytes, ranked by a scan (default: every module)",
+    )
     return parser.parse_args()
 
 
-def workload(args: argparse.Namespace, base: Path, warmup: list[list[int]]) -> tuple[Path, str, str]:
-    """The model copy, its table title and its file tag."""
+def workload(args: argparse.Namespace, base: Path, pick: list[list[int]]) -> tuple[Path, str, str]:
+    """The model copy (its outlier neurons picked on ``pick``), its table title and its file tag."""
     from quant_monitor_models import channel_copy, comma_copy
 
-    drift = "-drift" if args.drift else ""
+    drift = ("-drift" if args.drift else "") + ("-disjoint" if args.neurons_on == "disjoint" else "")
+    drift += f"-standby{args.standby_share:g}" if args.standby_share is not None else ""
     if args.workload == "comma":
         title = f"SmolLM2 with a massive activation on ',' (+{args.boost:g}× row RMS)"
         return comma_copy(base, WORK, args.boost), title, f"comma-{args.boost:g}{drift}"
     layers = [int(x) for x in args.layers.split(",")]
     title = f"SmolLM2 with an outlier channel (×{args.scale:g}) at down_proj's input in layers {args.layers}"
-    return channel_copy(base, WORK, warmup, layers, args.scale), title, f"channel{drift}"
+    return channel_copy(base, WORK, pick, layers, args.scale, args.neurons_on), title, f"channel{drift}"
 
 
 def print_overhead(console: Console, best: dict[str, dict[str, float]]) -> None:

@@ -99,11 +99,15 @@ def pick_neuron(acts, scale: float, sigma: float) -> tuple[int, float]:
     return best, float(rates[best])
 
 
-def channel_copy(base: Path, work: Path, calib: list[list[int]], layers: list[int], scale: float) -> Path:
-    """The copy with an outlier channel at ``down_proj``'s input in each of ``layers`` (cached)."""
+def channel_copy(
+    base: Path, work: Path, calib: list[list[int]], layers: list[int], scale: float, picked_on: str = "warmup"
+) -> Path:
+    """The copy with an outlier channel at ``down_proj``'s input in each of ``layers`` (cached),
+    its neurons picked on ``calib`` (``picked_on`` names that text in the cache's name)."""
     from safetensors.torch import load_file
 
-    out = work / f"smollm2-channel-{'-'.join(map(str, layers))}-x{scale:g}"
+    tag = "" if picked_on == "warmup" else f"-{picked_on}"
+    out = work / f"smollm2-channel-{'-'.join(map(str, layers))}-x{scale:g}{tag}"
     if (out / "config.json").is_file():
         return out
     if scale <= 0 or 2 ** round(math.log2(scale)) != scale:

@@ -37,8 +37,8 @@ from runtime_ext.config import RuntimeExtConfig, resolve_rotation
 from runtime_ext.kv_cache.calibration import Calibration, load_calibration
 from runtime_ext.kv_cache.sizing import cell_bytes, tokens_for_budget
 from runtime_ext.quant import modelslim
-from runtime_ext.quant.monitor import MonitorConfig, MonitorConfigError, modules_listed, standby_plan
-from runtime_ext.quant.policy import GROUP_SIZES, QuantPolicy, check_keep, fused_module, linear_layer_names, shards
+from runtime_ext.quant.monitor import MonitorConfig, MonitorConfigError, kl_ranking, modules_listed, standby_plan
+from runtime_ext.quant.policy import GROUP_SIZES, QuantPolicy, check_keep, fused_module, linear_layer_names
 from runtime_ext.quant.sensitivity import load_scores, load_sensitive_layers
 from service.engine import EngineOptions
 from service.settings import EngineSettings, Settings
@@ -153,12 +153,10 @@ def monitor_setup(
             "high-precision checkpoint); this model is "
             + ("pre-quantized: it has no high-precision weights to fall back to" if method else "not quantized")
         )
-    sizes = _module_bytes(info, settings.dtype)
+    sizes = module_bytes(info, settings.dtype)
     scores = load_scores(q.sensitive_layers) if q.sensitive_layers else {}
-    rank = {module: max((scores.get(s, {}).get("kl", 0.0) for s in shards(module)), default=0.0) for module in sizes}
-    ranking = sorted(sizes, key=lambda module: -rank[module])  # stable: name order without scores
     kept = modules_listed(policy.keep, sizes)
-    standby, kept_bytes, extra = standby_plan(sizes, kept, ranking, m.max_fallback_bytes)
+    standby, kept_bytes, extra = standby_plan(sizes, kept, kl_ranking(sizes, scores), m.max_fallback_bytes)
     log.info(
         "quant.monitor: %d modules can fall back: %d kept layers (%.1f MiB, served from it) + %d by the scan's "
         "ranking within max_fallback_bytes (%.1f MiB of %.1f)",
@@ -178,7 +176,7 @@ def monitor_setup(
     )
 
 
-def _module_bytes(info: ModelInfo, dtype: str) -> dict[str, int]:
+def module_bytes(info: ModelInfo, dtype: str) -> dict[str, int]:
     """Bytes of each quantizable SGLang module's weight (fused shards summed) in the serving dtype."""
     out: dict[str, int] = {}
     for layer in sorted(linear_layer_names(list(info.tensors))):

@@ -198,6 +198,14 @@ def standby_plan(
     return tuple(chosen), kept_bytes, extra
 
 
+def kl_ranking(modules: Iterable[str], scores: Mapping[str, Mapping[str, float]]) -> list[str]:
+    """``modules`` most sensitive first: each by the largest KL (a scan's scores) of its
+    checkpoint shards; stable, so name order where the scan has no score."""
+    ordered = list(modules)
+    rank = {m: max((scores.get(s, {}).get("kl", 0.0) for s in shards(m)), default=0.0) for m in ordered}
+    return sorted(ordered, key=lambda m: -rank[m])
+
+
 def modules_listed(layers: Iterable[str], modules: Iterable[str]) -> set[str]:
     """The SGLang modules (``...qkv_proj``) any of whose checkpoint shards (``...q_proj``) is
     in ``layers`` (a sensitive-layers file lists shards)."""
