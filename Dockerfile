@@ -43,7 +43,10 @@ COPY --from=deps /opt/venv /opt/venv
 COPY --from=deps /opt/gateway /opt/gateway
 WORKDIR /opt/structserve
 # Prefill/decode disaggregation (deploy/compose-pd.yaml): Mooncake's CUDA-free transfer engine
-# (pinned) and the three Debian libraries it links; a few MB, in a layer of its own.
+# (pinned) and the Debian libraries it links; a few MB, in a layer of its own.
+ARG PIP_CERT=
+ARG PIP_FIND_LINKS=
+ARG PIP_INDEX_URL=
 COPY requirements/optional/pd.txt requirements/optional/pd.txt
 COPY scripts/setup_pd.sh scripts/setup_pd.sh
 RUN STRUCTSERVE_VENV=/opt/venv bash scripts/setup_pd.sh && rm -rf /var/lib/apt/lists/*

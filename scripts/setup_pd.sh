@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prefill/decode disaggregation on this CPU (docs/scale-out.md): installs the CUDA-free Mooncake
-# transfer engine (pinned in requirements/optional/pd.txt) into the serving venv, and the three
+# transfer engine (pinned in requirements/optional/pd.txt) into the serving venv, and the
 # Debian libraries its engine.so links (apt, only when missing; root). Idempotent: a second run
 # only checks that `mooncake.engine` loads (about a second). `make pd`; `make test` runs it.
 set -euo pipefail
@@ -8,7 +8,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 py="${STRUCTSERVE_VENV:-.venv}/bin/python"  # the image installs into /opt/venv
-libs=(libibverbs1 libnl-3-200 libnl-route-3-200)
+libs=(libibverbs1 libnl-3-200 libnl-route-3-200 libnuma1 libcurl4)
 
 missing=()
 for lib in "${libs[@]}"; do

@@ -119,6 +119,14 @@ def test_one_container_serves(replicas):
     assert user != "0", "the container runs as a non-root user"
 
 
+def test_the_image_loads_the_pd_transfer_engine(image):
+    """deploy/compose-pd.yaml's replicas need Mooncake's transfer engine and its Debian libraries."""
+    code = "from mooncake.engine import TransferEngine; TransferEngine(); print('mooncake ok')"
+    limits = ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096", "--no-healthcheck"]
+    out = sh(*PODMAN, "run", "--rm", "--network", "none", *limits, "--entrypoint", "python", image, "-c", code)
+    assert out.stdout.strip() == "mooncake ok"
+
+
 def test_gateway_container_routes_to_the_replicas(replicas):
     """The podman recipe's gateway (scripts/container.sh gateway: smg from the same image)."""
     port = free_port()
