@@ -10,7 +10,10 @@ its tools, expected calls in ``bench/tool_calls_tasks.json``, 4 of them parallel
 one server at a time, same dtype / KV pool / page size. Per server and mode it reports: calls
 present, schema-valid arguments (jsonschema), exact-match accuracy (names + arguments, order-free),
 calls beyond the expected ones, runaways (extra calls and ``finish_reason: length``),
-``finish_reason`` counts and latency; prints a table and writes every response to JSON.
+``finish_reason`` counts and latency; prints a table and writes every response to JSON. Then what
+the servers were given and how alike they answered: each server's summed prompt tokens per mode
+(different sums mean the servers rendered the tools into different prompts, and say so) and the
+share of (task, tool_choice) pairs with the same calls on both.
 
     .venv/bin/structserve assets fetch qwen2.5-coder       # once, ~3 min
     .venv/bin/python bench/tool_calls.py                   # both servers, both modes
@@ -38,6 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.servers import sglang_cmd, start, stop  # noqa: E402
+from bench.tool_calls_compare import compare  # noqa: E402
 from tests.server import free_port  # noqa: E402
 
 ENGINE = {"max_total_tokens": 8192, "page_size": 16, "max_running_requests": 4, "dtype": "bfloat16"}
@@ -138,6 +142,7 @@ def summarize(recs: list[dict[str, Any]]) -> dict[str, Any]:
         "latency_mean_s": statistics.mean(lat) if lat else 0.0,
         "latency_max_s": max(lat) if lat else 0.0,
         "completion_tokens": sum(r.get("completion_tokens") or 0 for r in recs),
+        "prompt_tokens": sum(r.get("prompt_tokens") or 0 for r in recs),
     }
 
 
@@ -182,6 +187,7 @@ def ask(
                 {"name": c.function.name, "arguments": c.function.arguments} for c in choice.message.tool_calls or []
             ],
             completion_tokens=resp.usage.completion_tokens if resp.usage else None,
+            prompt_tokens=resp.usage.prompt_tokens if resp.usage else None,
         )
     except Exception as exc:  # noqa: BLE001 - a failed request is a result, recorded as such
         rec["error"] = f"{type(exc).__name__}: {exc}"
@@ -327,7 +333,9 @@ def main() -> None:
     title = (
         f"tool calls: {args.model.name}, {len(tasks)} tasks, greedy, max_tokens {args.max_tokens}, {ENGINE['dtype']}"
     )
-    Console(width=240).print(table(summaries, title))
+    console = Console(width=240)
+    console.print(table(summaries, title))
+    compare(results, console)
     print(f"responses: {args.out}")
 
 
