@@ -10,9 +10,10 @@ runtime_ext's own counter (``structserve_attention_decode_calls`` / layers), so
     model forward (attention, linear + MLP, logits, sampling, other) vs the scheduler's own
     Python (batch + KV alloc, output processing, grammar, request intake, other) vs idle.
 
-The front's and the detokenizer's busy shares are printed beside it: on 2 cores they compete with
-the scheduler for CPU. HF ``generate`` on the same prompts, batch = concurrency, gives the
-no-server per-step cost: (t(N tokens) - t(1 token)) / (N - 1), in the same run.
+Each process's CPU time over the window (cores busy, from ``/proc``) is printed beside it: on 2
+cores the front and the detokenizer compete with the scheduler for CPU. HF ``generate`` on the
+same prompts, batch = concurrency, gives the no-server per-step cost: (t(N tokens) - t(1 token)) /
+(N - 1), in the same run.
 Prints a table (median over rounds, min-max) and writes ``docs/img/step_cost.png`` (stacked bars).
 
     .venv/bin/python bench/step_cost.py        # installs py-spy (requirements/optional/bench.txt)
@@ -40,7 +41,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from bench.serve_overhead import prompts, run_level  # noqa: E402
 from bench.servers import launch, stop  # noqa: E402
-from bench.step_cost_rules import PARTS, busy, by_thread, main_thread, parse_raw, shares  # noqa: E402
+from bench.step_cost_rules import PARTS, main_thread, parse_raw, shares  # noqa: E402
 from tests.server import free_port  # noqa: E402
 
 PY_SPY = Path(sys.executable).parent / "py-spy"
@@ -51,7 +52,7 @@ def ensure_py_spy() -> None:
     if not PY_SPY.exists():
         pin = (ROOT / "requirements/optional/bench.txt").read_text().split("\n")
         spec = next(line for line in pin if line and not line.startswith("#"))
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", spec], check=True)
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", spec], check=True)  # it has none
 
 
 def processes(server: subprocess.Popen) -> dict[str, int]:
@@ -95,20 +96,23 @@ def collect(spies: dict[str, subprocess.Popen], out: Path) -> dict:
 
 
 def one_round(base: str, model: str, pids: dict[str, int], texts: list[str], c: int, args, out: Path) -> dict:
+    procs = {name: psutil.Process(pid) for name, pid in pids.items()}
+    cpu0 = {name: sum(p.cpu_times()[:2]) for name, p in procs.items()}
     spies = sample(pids, out, args.rate)
     before = decode_calls(base)
     result = asyncio.run(run_level(base, model, texts, c, args.max_tokens))
     steps = (decode_calls(base) - before) / LAYERS
     stacks = collect(spies, out)
+    cpu = {name: sum(p.cpu_times()[:2]) - cpu0[name] for name, p in procs.items()}
     parts, idle = shares(main_thread(stacks["scheduler"]))
     ms = 1000 * result.wall_s / max(steps, 1)
     row = {p: parts[p] * ms for p in PARTS}
     row["idle"] = idle * ms
     row["ms/step"] = ms
     row["tok/s"] = result.completion_tokens / result.wall_s
-    for name in ("front", "detokenizer"):
-        threads = by_thread(stacks[name]).values()  # the busiest thread's share of the window
-        row[f"{name} busy"] = max((busy(t) / (sum(t.values()) or 1) for t in threads), default=0.0)
+    window = result.wall_s + 1.0  # py-spy attaches 1 s before the load (CPU time is counted from there)
+    for name in ("scheduler", "front", "detokenizer"):
+        row[f"{name} CPU"] = cpu.get(name, 0.0) / window  # cores busy: 1.0 = one core all the time
     return row
 
 
@@ -132,7 +136,7 @@ def hf_step_ms(model: Path, texts: list[str], batch: int, new: int) -> float:
 
 def table(rows: dict[int, list[dict]], hf: dict[int, float]) -> Table:
     t = Table(title="One decode step of structserve (ms; median over rounds, min–max), beside HF generate")
-    cols = ["ms/step", *PARTS, "idle", "front busy", "detokenizer busy", "tok/s"]
+    cols = ["ms/step", *PARTS, "idle", "scheduler CPU", "front CPU", "detokenizer CPU", "tok/s"]
     t.add_column("conc", justify="right")
     for col in [*cols, "non-model share", "HF ms/step"]:
         t.add_column(col, justify="right")
@@ -140,7 +144,7 @@ def table(rows: dict[int, list[dict]], hf: dict[int, float]) -> Table:
         cells = []
         for col in cols:
             vals = [r[col] for r in rounds]
-            fmt = "{:.0%}" if "busy" in col else "{:.1f}"
+            fmt = "{:.2f}" if "CPU" in col else "{:.1f}"
             med = fmt.format(statistics.median(vals))
             cells.append(med + (f" ({fmt.format(min(vals))}–{fmt.format(max(vals))})" if len(vals) > 1 else ""))
         model = statistics.median(sum(r[p] for p in PARTS if p.startswith("model")) for r in rounds)
@@ -177,7 +181,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
+    parser.add_argument("--rate", type=int, default=50, help="py-spy samples per second (each costs CPU)")
     parser.add_argument("--png", type=Path, default=ROOT / "docs/img/step_cost.png")
     args = parser.parse_args()
     from assets import fetch

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 # (category, substrings of the stack: any one matches). Model forward first: a sample inside the
 # forward is model time whatever scheduler frame called it.
 MODEL_RULES = [
-    ("model: sampling", ("sampler.py", "(sample ", "sampling_batch_info")),
+    ("model: sampling", ("sampler.py", ";sample (", "sampling_batch_info")),
     ("model: logits", ("logits_processor.py",)),
     ("model: attention", ("runtime_ext/attention", "radix_attention.py", "torch_native_backend.py")),
     ("model: linear + MLP", ("linear.py", "(forward (sglang/srt/layers/activation.py", "LlamaMLP", "mlp")),
@@ -26,7 +26,8 @@ SCHEDULER_RULES = [
     ("scheduler: batch + KV alloc", ("get_next_batch_to_run", "prepare_for_decode", "update_running_batch", "alloc")),
     ("scheduler: request intake", ("recv_requests", "process_input_requests", "recv_pyobj")),
 ]
-IDLE_LEAVES = ("(sleep ", "(poll ", "(wait ", "(select ", "(_poll ", "(recv ", "(epoll")
+# a thread whose innermost Python frame is one of these waits (py-spy shows ``Class.method (file:line)``)
+WAITS = frozenset({"sleep", "poll", "wait", "select", "_poll", "recv", "recv_pyobj", "recv_multipart", "acquire"})
 PARTS = [
     "model: attention",
     "model: linear + MLP",
@@ -80,7 +81,7 @@ def scheduler_category(stack: str) -> str | None:
             if any(n in stack for n in needles):
                 return name
         return "model: other"
-    if any(n in leaf(stack) for n in IDLE_LEAVES):
+    if idle(stack):
         return None
     for name, needles in SCHEDULER_RULES:
         if any(n in stack for n in needles):
@@ -88,9 +89,14 @@ def scheduler_category(stack: str) -> str | None:
     return "scheduler: other"
 
 
+def idle(stack: str) -> bool:
+    """The innermost frame waits (a poll, a sleep, a lock): the thread does no work."""
+    return leaf(stack).split(" (")[0].rsplit(".", 1)[-1] in WAITS
+
+
 def busy(stacks: Counter) -> int:
-    """Samples in which a process was doing work (its innermost frame is not a wait)."""
-    return sum(n for s, n in stacks.items() if not any(i in leaf(s) for i in IDLE_LEAVES))
+    """Samples in which a thread was doing work."""
+    return sum(n for s, n in stacks.items() if not idle(s))
 
 
 def shares(stacks: Counter) -> tuple[dict[str, float], float]:
