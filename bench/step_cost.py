@@ -163,9 +163,10 @@ def plot(rows: dict[int, list[dict]], hf: dict[int, float], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(9, 4.8))
     x = range(len(levels))
     bottom = [0.0] * len(levels)
+    colors = dict(zip([*PARTS, "idle"], [*plt.get_cmap("tab10").colors, "lightgrey"]))
     for part in [*PARTS, "idle"]:
         vals = [statistics.median(r[part] for r in rows[c]) for c in levels]
-        ax.bar([i - 0.18 for i in x], vals, 0.36, bottom=bottom, label=part)
+        ax.bar([i - 0.18 for i in x], vals, 0.36, bottom=bottom, label=part, color=colors[part])
         bottom = [b + v for b, v in zip(bottom, vals)]
     ax.bar([i + 0.18 for i in x], [hf[c] for c in levels], 0.36, color="black", label="HF generate (whole step)")
     ax.set_xticks(list(x), [f"concurrency {c}" for c in levels])
