@@ -21,8 +21,8 @@ LOAD = 14  # concurrent requests of MAX_TOKENS: ~3.5 pools of worst-case KV
 MAX_TOKENS = 220
 
 
-def start(assets, policy: str) -> ServerProcess:
-    server = ServerProcess(
+def server_for(assets, policy: str) -> ServerProcess:
+    return ServerProcess(
         assets.qwen3_tiny,
         f"admission-{policy}",
         env={
@@ -34,16 +34,17 @@ def start(assets, policy: str) -> ServerProcess:
             "STRUCTSERVE_ENGINE__CHUNKED_PREFILL_SIZE": str(CHUNK),  # long prompts arrive in chunks
         },
     )
-    server.start()
-    return server
 
 
 @pytest.fixture(scope="module")
 def servers(assets):
-    started = {}
+    """Both policies' servers, started side by side (an engine start waits on imports and I/O)."""
+    started = {policy: server_for(assets, policy) for policy in ("budget", "sglang")}
     try:
-        for policy in ("budget", "sglang"):
-            started[policy] = start(assets, policy)
+        for server in started.values():
+            server.launch()
+        for server in started.values():
+            server.wait_ready()
         yield started
     finally:
         for server in started.values():

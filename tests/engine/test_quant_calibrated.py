@@ -25,10 +25,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from typer.testing import CliRunner
 
+from tests.cli_cache import quant_cli
 from tests.engine.together import together
-from tools.cli import app
 
 pytestmark = pytest.mark.timeout(1200)  # one test or fixture runs several engines, two at a time
 
@@ -37,21 +36,18 @@ WINDOW = 256
 ROUND_TRIP_TOL = 1e-4  # max |Δ logprob|, engine (torch_native attention) vs HF (sdpa), float32; seen 1.8e-5
 
 
-def cli(*args: object) -> None:
-    result = CliRunner().invoke(app, [str(a) for a in args])
-    assert result.exit_code == 0, result.output
-
-
 @pytest.fixture(scope="module")
 def exports(assets, tmp_path_factory) -> dict[str, Path]:
     """The calibrations run one after the other: they are compute-bound (two side by side took
-    longer than in turn, measured), unlike an engine start."""
+    longer than in turn, measured), unlike an engine start. Through the suite's build cache
+    (``tests/cli_cache.py``): run again only when the code or an input changed."""
     root, base = tmp_path_factory.mktemp("w4"), assets.smollm2
-    cli("quant", "calibrate", "--method", "awq", "--tokens", CALIB_TOKENS, "--model", base, "--out", root / "awq")
-    cli("quant", "export", "--scheme", "w4a16", "--model", root / "awq", "--out", root / "awq-w4a16")
-    gptq = ("quant", "calibrate", "--method", "gptq", "--act-order", "--asym", "--tokens", CALIB_TOKENS)
-    cli(*gptq, "--model", base, "--out", root / "gptq-asym-w4a16")
-    return {"awq": root / "awq-w4a16", "gptq-asym": root / "gptq-asym-w4a16"}
+    awq, awq_w4, gptq_w4 = root / "awq", root / "awq-w4a16", root / "gptq-asym-w4a16"
+    quant_cli(["calibrate", "--method", "awq", "--tokens", CALIB_TOKENS, "--model", base, "--out", awq], [base], [awq])
+    quant_cli(["export", "--scheme", "w4a16", "--model", awq, "--out", awq_w4], [awq], [awq_w4])
+    gptq = ["calibrate", "--method", "gptq", "--act-order", "--asym", "--tokens", CALIB_TOKENS]
+    quant_cli([*gptq, "--model", base, "--out", gptq_w4], [base], [gptq_w4])
+    return {"awq": awq_w4, "gptq-asym": gptq_w4}
 
 
 @pytest.fixture(scope="module")

@@ -25,14 +25,13 @@ from pathlib import Path
 
 import openai
 import pytest
-from typer.testing import CliRunner
 
 from runtime_ext.config import RuntimeExtConfig
 from runtime_ext.quant.policy import QuantPolicy, fused_module
+from tests.cli_cache import quant_cli
 from tests.engine.together import together
 from tests.prompts import CAPITAL_MESSAGES
 from tests.server import ServerProcess
-from tools.cli import app
 
 pytestmark = pytest.mark.timeout(1200)  # the recipe fixture's calibrate + scan + export, then two engines
 
@@ -41,30 +40,28 @@ HELD_OUT = 384  # tokens of Persuasion for the perplexity
 QUESTION = CAPITAL_MESSAGES
 
 
-def cli(*args: str) -> str:
-    result = CliRunner().invoke(app, ["quant", *args])
-    assert result.exit_code == 0, result.output
-    return result.output
-
-
 @pytest.fixture(scope="module")
 def recipe(assets, tmp_path_factory):
-    """(smoothed dir, scan file, export dir): the recipe's commands with small token counts."""
+    """(smoothed dir, scan file, export dir): the recipe's commands with small token counts,
+    through the suite's build cache (``tests/cli_cache.py``: run again when code or inputs change)."""
     work = tmp_path_factory.mktemp("recipe")
     smoothed, scan, export = work / "smoothed", work / "sens.json", work / "smol-w8a8"
-    cli("calibrate", "--model", str(assets.smollm2), "--tokens", "256", "--out", str(smoothed))
-    print("\n" + cli("scan", "--model", str(smoothed), "--tokens", "64", "--out", str(scan)))
-    cli(
+    base = assets.smollm2
+    quant_cli(["calibrate", "--model", base, "--tokens", "256", "--out", smoothed], [base], [smoothed])
+    scanned = [scan, scan.with_suffix(".md"), scan.with_suffix(".png")]
+    print("\n" + quant_cli(["scan", "--model", smoothed, "--tokens", "64", "--out", scan], [smoothed], scanned))
+    export_args = [
         "export",
         "--model",
-        str(smoothed),
+        smoothed,
         "--scheme",
         "w8a8_dynamic",
         "--sensitive-layers",
-        str(scan),
+        scan,
         "--out",
-        str(export),
-    )
+        export,
+    ]
+    quant_cli(export_args, [smoothed, scan], [export])
     return smoothed, json.loads(scan.read_text()), export
 
 

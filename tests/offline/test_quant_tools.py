@@ -7,11 +7,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from typer.testing import CliRunner
 
 from runtime_ext.quant.policy import QuantPolicy, linear_layer_names
 from service.startup import ModelInfo
-from tools.cli import app
+from tests.cli_cache import quant_cli
 from tools.quant.offline import load_model, perplexity, quantize_model, token_ids
 
 EVAL_TOKENS = 512
@@ -35,11 +34,9 @@ def plain_w8a8(assets, held_out) -> float:
 
 
 def test_scan_writes_a_fallback_list_that_lowers_perplexity(assets, held_out, plain_w8a8, tmp_path):
-    out = tmp_path / "sensitive_layers.json"
-    result = CliRunner().invoke(
-        app, ["quant", "scan", "--model", str(assets.smollm2), "--tokens", "64", "--out", str(out)]
-    )
-    assert result.exit_code == 0, result.output
+    out, base = tmp_path / "sensitive_layers.json", assets.smollm2
+    written = [out, out.with_suffix(".md"), out.with_suffix(".png")]
+    quant_cli(["scan", "--model", base, "--tokens", "64", "--out", out], [base], written)  # tests/cli_cache.py
     data = json.loads(out.read_text())
     linear = linear_layer_names(list(ModelInfo.read(assets.smollm2).tensors))
     assert set(data["scores"]) == linear and len(linear) == 210
@@ -54,11 +51,8 @@ def test_scan_writes_a_fallback_list_that_lowers_perplexity(assets, held_out, pl
 
 
 def test_smoothquant_keeps_the_model_and_helps_w8a8(assets, held_out, plain_w8a8, tmp_path):
-    out = tmp_path / "smoothed"
-    result = CliRunner().invoke(
-        app, ["quant", "calibrate", "--model", str(assets.smollm2), "--tokens", "512", "--out", str(out)]
-    )
-    assert result.exit_code == 0, result.output
+    out, base = tmp_path / "smoothed", assets.smollm2
+    quant_cli(["calibrate", "--model", base, "--tokens", "512", "--out", out], [base], [out])  # tests/cli_cache.py
     assert (out / "tokenizer.json").is_file() and (out / "config.json").is_file()
     base = perplexity(load_model(assets.smollm2), held_out)
     smoothed = perplexity(load_model(out), held_out)
