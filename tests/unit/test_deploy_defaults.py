@@ -1,6 +1,8 @@
 """deploy/*.yaml as shipped publishes nothing beyond the host: every published port of every
-compose service listens on loopback unless the operator sets STRUCTSERVE_BIND, and no service
-shares the host's network (where the container's own 0.0.0.0 would be every interface)."""
+compose service listens on loopback unless the operator sets STRUCTSERVE_BIND. A service on the
+host's network (compose-pd.yaml: Mooncake listens on ports it picks) publishes nothing through
+compose, so there every address it listens on must itself be loopback by default (the image's
+own STRUCTSERVE_HOST is 0.0.0.0, every interface), and the gateway's follow STRUCTSERVE_BIND."""
 
 from __future__ import annotations
 
@@ -60,11 +62,32 @@ def loopback(host: str) -> bool:
         return host == "localhost"
 
 
+IMAGE_HOST = "0.0.0.0"  # the Dockerfile's STRUCTSERVE_HOST
+
+
+def host_binds(service: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    """(address, what) a host-network service listens on: smg's --host and --prometheus-host; a
+    replica's STRUCTSERVE_HOST (the image's default when unset) and its PD host_ip."""
+    if service.get("network_mode") != "host":
+        return
+    cmd = [str(a) for a in service.get("command") or []]
+    if cmd[:1] == ["launch"]:  # smg
+        for flag in ("--host", "--prometheus-host"):
+            yield next((a.split("=", 1)[1] for a in cmd if a.startswith(flag + "=")), ""), flag
+        return
+    env = service.get("environment") or {}
+    yield str(env.get("STRUCTSERVE_HOST", IMAGE_HOST)), "STRUCTSERVE_HOST"
+    if "STRUCTSERVE_ENGINE__DISAGGREGATION__HOST_IP" in env:
+        yield str(env["STRUCTSERVE_ENGINE__DISAGGREGATION__HOST_IP"]), "engine.disaggregation.host_ip"
+
+
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
 def test_every_published_port_binds_loopback_by_default(path):
     found = 0
     for name, service in services(path, env={}).items():
-        assert service.get("network_mode") != "host", f"{path.name}: {name} shares the host's network"
+        for host, what in host_binds(service):
+            found += 1
+            assert loopback(host), f"{path.name}: {name} shares the host's network and listens on {host!r} ({what})"
         for host, port in published(service):
             found += 1
             assert loopback(host), f"{path.name}: {name} publishes {port!r} on {host or 'every interface'}"
@@ -77,6 +100,9 @@ def test_structserve_bind_opens_every_published_port(path):
     for name, service in services(path, env={"STRUCTSERVE_BIND": "0.0.0.0"}).items():
         for host, port in published(service):
             assert host == "0.0.0.0", f"{path.name}: {name} publishes {port!r} without ${{STRUCTSERVE_BIND}}"
+        for host, what in host_binds(service):  # on the host's network only the gateway is for clients
+            if what.startswith("--"):
+                assert host == "0.0.0.0", f"{path.name}: {name} {what} does not follow ${{STRUCTSERVE_BIND}}"
 
 
 def test_the_port_parser_reads_every_form():
