@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import threading
 import time
 
 import openai
 import psutil
 import pytest
 
-from tests.pd.test_pd_link_down import decode_requests, free_tokens, pd_stat
+from tests.pd.held import HeldRequest, decode_requests, free_tokens, pd_stat
 
 pytestmark = pytest.mark.timeout(900)
 TAG = "structserve-test-pd-link"
@@ -68,61 +67,32 @@ class DroppedLink:
 
 
 def test_a_dropped_link_fails_the_request_at_once_and_the_pair_serves_after(pd) -> None:
-    model = pd.decode.model_name
-    client = openai.OpenAI(base_url=f"{pd.gateway.url}/v1", api_key="unused", max_retries=0, timeout=60)
-    ask = dict(model=model, messages=[{"role": "user", "content": "Which dock is free?"}], max_tokens=8, temperature=0)
-    assert client.chat.completions.create(**ask).choices[0].message.content  # the pair serves
+    held = HeldRequest(pd, "Which dock is free?")
+    assert held.serves()
     time.sleep(1.0)
     idle_free, events_before = free_tokens(pd.decode), pd_stat(pd.decode, "link_down_events")
     requests_before = decode_requests(pd.decode)
     link = DroppedLink(pd_ports(pd))
-    prefill = psutil.Process(pd.prefill.proc.pid)
-    family = [prefill, *prefill.children(recursive=True)]
-    outcome: dict = {}
-
-    def request() -> None:
-        try:
-            client.chat.completions.create(**{**ask, "max_tokens": 200})
-            outcome["error"] = None
-        except (openai.APIStatusError, openai.APIConnectionError) as exc:
-            outcome["error"] = exc
-        outcome["at"] = time.monotonic()
-
     try:
-        for p in family:  # held, so the request waits in decode's transfer queue for its KV
-            p.send_signal(signal.SIGSTOP)
-        thread = threading.Thread(target=request)
-        thread.start()
-        deadline = time.monotonic() + 30
-        while free_tokens(pd.decode) >= idle_free and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert free_tokens(pd.decode) < idle_free, "decode never reserved pages for the request"
+        held.hold(idle_free)
         with link:
             dropped_at = time.monotonic()
-            for p in family:  # alive again, behind a dropped link
-                p.send_signal(signal.SIGCONT)
-            thread.join(timeout=60)
-            assert "at" in outcome, "the client got no answer"
-            waited = outcome["at"] - dropped_at
-            print(f"\nthe client's error came {waited:.2f} s after the link dropped: {outcome['error']}")
-            assert isinstance(outcome["error"], openai.APIStatusError), outcome["error"]
-            assert "pd_link_down" in str(outcome["error"]), outcome["error"]
-            assert waited <= 2.0, f"the client's error came {waited:.2f} s after the drop ({outcome['error']})"
-            deadline = dropped_at + 1.0
-            while free_tokens(pd.decode) < idle_free and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert free_tokens(pd.decode) == idle_free, "decode still holds the failed request's pages"
+            held.signal(signal.SIGCONT)  # alive again, behind a dropped link
+            error, waited = held.ended(dropped_at, "the link dropped")
+            assert isinstance(error, openai.APIStatusError), error
+            assert "pd_link_down" in str(error), error
+            assert waited <= 2.0, f"the client's error came {waited:.2f} s after the drop ({error})"
+            assert held.pages_back(idle_free, by=dropped_at + 1.0), "decode still holds the failed request's pages"
             assert pd_stat(pd.decode, "link_down_events") > events_before
             assert decode_requests(pd.decode) - requests_before <= 2  # the request and at most one retry
     finally:
-        for p in family:
-            p.send_signal(signal.SIGCONT)
+        held.signal(signal.SIGCONT)
         link.restore()
     # the link is back: the same pair serves (decode re-handshakes with the prefill)
     deadline = time.monotonic() + 30
     while True:
         try:
-            assert client.chat.completions.create(**ask).choices[0].message.content
+            assert held.serves()
             break
         except openai.APIStatusError:
             if time.monotonic() > deadline:
