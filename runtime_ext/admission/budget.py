@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 OVERLAP_SLACK_TOKENS = 1  # one decode step allocated before the previous step's finish is seen
 
@@ -54,6 +55,16 @@ class Sequence:
 
     def outstanding_pages(self, page_size: int) -> int:
         return max(self.worst_pages(page_size) - self.held_pages(page_size), 0)
+
+
+def sequence(req: Any, held_tokens: int, ratio: float = 1.0) -> Sequence:
+    """A scheduler request (SGLang's ``Req``, read by its fields: nothing is imported) as the budget sees it."""
+    return Sequence(len(req.origin_input_ids), int(req.sampling_params.max_new_tokens), int(held_tokens), ratio)
+
+
+def running_sequence(req: Any, ratio: float = 1.0) -> Sequence:
+    """A running request: it holds the KV allocated for it."""
+    return sequence(req, req.kv.kv_allocated_len, ratio)
 
 
 @dataclass

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runtime_ext.admission.budget import Sequence
+from runtime_ext.admission.budget import sequence
 from runtime_ext.state import AdmissionStats
 
 QUEUE = "sglang.srt.disaggregation.decode.DecodePreallocQueue"
@@ -41,11 +41,7 @@ def held_tokens(req: Any) -> int:
 
 
 def outstanding_tokens(reqs: Any, page_size: int, ratio: float) -> int:
-    total = 0
-    for req in reqs:
-        seq = Sequence(len(req.origin_input_ids), int(req.sampling_params.max_new_tokens), held_tokens(req), ratio)
-        total += seq.outstanding_pages(page_size)
-    return total * page_size
+    return sum(sequence(req, held_tokens(req), ratio).outstanding_pages(page_size) for req in reqs) * page_size
 
 
 def held_requests(queue: Any) -> list:
@@ -72,9 +68,7 @@ def register(hooks: Any, hook_type: Any, stats: AdmissionStats) -> None:
 
     def required(original: Any, queue: Any, req: Any, allocated_tokens: int, prefix_len: int, *args: Any) -> int:
         page = queue.token_to_kv_pool_allocator.page_size
-        seq = Sequence(
-            len(req.origin_input_ids), int(req.sampling_params.max_new_tokens), prefix_len, stats.reserve_ratio
-        )
+        seq = sequence(req, prefix_len, stats.reserve_ratio)  # its matched prefix: held, not reserved again
         return max(seq.outstanding_pages(page) * page, int(allocated_tokens))
 
     def new_pass(original: Any, queue: Any, *args: Any, **kwargs: Any) -> Any:

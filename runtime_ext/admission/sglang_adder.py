@@ -17,20 +17,12 @@ import time
 from typing import Any
 
 from runtime_ext.admission import decode_prealloc
-from runtime_ext.admission.budget import PassBudget, Sequence, usage
+from runtime_ext.admission.budget import PassBudget, Sequence, running_sequence, sequence, usage
 from runtime_ext.state import AdmissionStats
 
 ADDER_TARGET = "sglang.srt.managers.scheduler.Scheduler.get_prefill_adder_class"
 RETRACT_TARGET = "sglang.srt.managers.schedule_batch.ScheduleBatch.retract_decode"
 POLICIES = ("sglang", "budget")
-
-
-def sequence(req: Any, held_tokens: int, ratio: float = 1.0) -> Sequence:
-    return Sequence(len(req.origin_input_ids), int(req.sampling_params.max_new_tokens), int(held_tokens), ratio)
-
-
-def running_sequence(req: Any, ratio: float = 1.0) -> Sequence:
-    return sequence(req, req.kv.kv_allocated_len, ratio)
 
 
 def adder_class(base: type, stats: AdmissionStats) -> type:
