@@ -19,6 +19,7 @@ from service.api.errors import install_error_handlers
 from service.api.gate import Gate, RequestContext
 from service.api.routes import chat, completions, health, messages, metrics, models, responses, tokenize
 from service.engine import SGLangEngine
+from service.engine_args import prepare_process_env
 from service.grammar_check import GrammarService
 from service.limits import Admission, KeyRing, TokenBucket, load_keys
 from service.logs import restore_logging
@@ -35,6 +36,7 @@ log = logging.getLogger(__name__)
 async def _load(state: ServiceState, model_dir: Path, on_failure: Any, on_death: Any) -> None:
     try:
         info = await asyncio.to_thread(ModelInfo.read, model_dir)
+        prepare_process_env(state.settings.engine.device)  # before the tokenizer's loader imports sglang
         template = await asyncio.to_thread(HFChatTemplate, model_dir, info.model_type)
         formats, policy = _formats(state.settings, template)
         engine = await asyncio.to_thread(SGLangEngine.start, prepare_engine(state.settings, info))

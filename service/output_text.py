@@ -25,20 +25,37 @@ from runtime_ext.formats import CallStyle, ReasoningFormat, ToolFormat
 class OutputText:
     """``keep_special``: the engine request sets ``skip_special_tokens`` false. ``strip``: the
     special tokens removed from the output text (those no format marker holds).
-    ``content_format``: the tool format that frames content (parsed even without tools)."""
+    ``content_format``: the tool format that frames content (parsed even without tools).
+    ``kept``: the special tokens kept for the parsers (format markers); the reasoning the client
+    gets holds none of them (``clean_reasoning``): what is left of one after the reasoning parser
+    took its markers is a control token the model wrote inside its thoughts (a random gpt-oss
+    writes ``<|message|>`` there), not text."""
 
     keep_special: bool = False
     strip: tuple[str, ...] = ()
     content_format: ToolFormat | None = None
+    kept: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        ordered = sorted(self.strip, key=len, reverse=True)  # a longer token first where one holds another
-        object.__setattr__(self, "_pattern", re.compile("|".join(map(re.escape, ordered))) if ordered else None)
+        object.__setattr__(self, "_pattern", _alternation(self.strip))
+        object.__setattr__(self, "_reasoning_pattern", _alternation(self.strip + self.kept))
 
     def clean(self, text: str) -> str:
         """``text`` without the stripped special tokens (a special token is decoded whole)."""
-        pattern: re.Pattern[str] | None = getattr(self, "_pattern")
-        return text if pattern is None or not text else pattern.sub("", text)
+        return _without(getattr(self, "_pattern"), text)
+
+    def clean_reasoning(self, text: str) -> str:
+        """Reasoning text without any special token (stripped or kept)."""
+        return _without(getattr(self, "_reasoning_pattern"), text)
+
+
+def _alternation(tokens: tuple[str, ...]) -> re.Pattern[str] | None:
+    ordered = sorted(tokens, key=len, reverse=True)  # a longer token first where one holds another
+    return re.compile("|".join(map(re.escape, ordered))) if ordered else None
+
+
+def _without(pattern: re.Pattern[str] | None, text: str) -> str:
+    return text if pattern is None or not text else pattern.sub("", text)
 
 
 _NOT_MARKERS = frozenset({"name", "description", "template_switch", "effort_variable"})
@@ -69,7 +86,7 @@ def output_text(
     if not in_markers:
         return OutputText()
     frames = tools if tools is not None and tools.style is CallStyle.HARMONY else None
-    return OutputText(True, tuple(t for t in special if t not in in_markers), frames)
+    return OutputText(True, tuple(t for t in special if t not in in_markers), frames, tuple(sorted(in_markers)))
 
 
 def special_tokens_of(added_tokens: Iterable[object]) -> tuple[str, ...]:

@@ -1,4 +1,9 @@
-"""The model's chat template over its Hugging Face tokenizer (implements ChatTemplate)."""
+"""The model's chat template over its Hugging Face tokenizer (implements ChatTemplate).
+
+The tokenizer is loaded by SGLang's own loader (``get_tokenizer``), as the engine loads it: the
+prompt ids the service computes are the ones SGLang would, and SGLang's fixes for transformers 5
+apply (a ``LlamaTokenizerFast`` config over a byte-level ``tokenizer.json``, DeepSeek-V3's, is
+otherwise rebuilt with Llama's pre-tokenizer and encodes ``What is`` as ``Whatis``)."""
 
 from __future__ import annotations
 
@@ -17,9 +22,9 @@ class HFChatTemplate:
     """Renders messages (and tools) with the tokenizer's own Jinja chat template."""
 
     def __init__(self, model_dir: Path, model_type: str | None):
-        from transformers import AutoTokenizer
+        from sglang.srt.utils.hf_transformers.tokenizer import get_tokenizer
 
-        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        self.tokenizer = get_tokenizer(str(model_dir))
         if not getattr(self.tokenizer, "chat_template", None):
             raise ValueError(f"the tokenizer in {model_dir} has no chat template")
         self.renders_tools = template_renders_tools(self.tokenizer.chat_template)

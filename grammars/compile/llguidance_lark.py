@@ -8,12 +8,14 @@ docs/benchmarks.md), while llguidance builds masks as the parser reaches
 them. This module translates the structural-tag elements ``grammars.tool_calls.constraint`` emits
 into one Lark grammar for llguidance 1.9.1 (its docs/syntax.md):
 
-- ``const_string`` -> a string literal; where it spells an added token of the tokenizer that
-  is not special (Qwen's ``<tool_call>``), that token, ``<[id]>``: the one token the model was
-  trained to write. xgrammar also lets the model spell such a marker out; this narrows that
-  away (a random model that spells ``</tool_call>`` can glue the next call's ``<`` to its ``>``
-  in one token, ``><``, which no trained model writes). Free text still may not spell a
-  trigger: the parser would read it as a call;
+- ``const_string`` -> a string literal; where it spells an added token of the tokenizer
+  (Qwen's ``<tool_call>``; a special one such as gpt-oss's ``<|channel|>`` or Kimi's
+  ``<|tool_call_begin|>``), that token, ``<[id]>``: the one token the model was trained to
+  write. xgrammar also lets the model spell a non-special marker out; this narrows that away (a
+  random model that spells ``</tool_call>`` can glue the next call's ``<`` to its ``>`` in one
+  token, ``><``, which no trained model writes). A special token has no spelling llguidance
+  would match (its bytes are not text), so a marker that is one is reachable only this way.
+  Free text still may not spell a trigger: the parser would read it as a call;
 - ``regex`` -> ``/…/``; ``sequence``, ``or``, ``star`` -> concatenation, ``|``, ``(…)*``;
   ``tag`` -> begin content end;
 - ``json_schema`` -> ``%json {…}`` with the same whitespace rule (at most
@@ -73,10 +75,11 @@ class NotExpressible(ValueError):
 
 
 def text_tokens(tokenizer_json: Mapping[str, Any]) -> dict[str, int]:
-    """The added tokens of a Hugging Face ``tokenizer.json`` that are not special (text -> id):
-    the ones xgrammar matches by their text and llguidance only as ``<[id]>``."""
+    """The added tokens of a Hugging Face ``tokenizer.json``, special or not (text -> id): what a
+    literal of the grammar that spells one becomes, ``<[id]>`` (llguidance matches an added token
+    only that way)."""
     added = tokenizer_json.get("added_tokens") or []
-    return {t["content"]: int(t["id"]) for t in added if not t.get("special", False) and t.get("content")}
+    return {t["content"]: int(t["id"]) for t in added if t.get("content")}
 
 
 _TYPED_BY = {
@@ -253,8 +256,7 @@ def structural_tag_to_lark(value: str | Mapping[str, Any], tokens: Mapping[str, 
     """The llguidance Lark grammar accepting the structural tag's language.
 
     ``value``: the ``{"type": "structural_tag", "format": …}`` object or its JSON text.
-    ``tokens``: text -> id of the tokenizer's added tokens that are not special (xgrammar
-    matches them as text; see the module doc).
+    ``tokens``: text -> id of the tokenizer's added tokens (see the module doc).
     Raises :class:`NotExpressible` for elements outside the translated subset.
     """
     tag = json.loads(value) if isinstance(value, str) else value

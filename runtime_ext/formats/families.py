@@ -229,15 +229,20 @@ def select_reasoning_format(
 ) -> ReasoningFormat | None:
     """``configured``: ``auto`` (by model family; None when the family does not reason),
     ``none``, ``generic`` (``start``/``end`` required) or a registered name. Under
-    ``auto`` a family chosen by its template markers that reasons decides first."""
+    ``auto`` a family chosen by its template markers decides: its own format when it reasons;
+    when it does not, the ``model_type``'s family only if that family writes the same tool calls
+    (Qwen3.5, ``qwen3_5``, thinks in Qwen3-Coder's call format; Qwen3-Coder itself, a
+    ``qwen3_moe`` whose template teaches XML calls, never opens a think block)."""
     if configured == REASONING_NONE:
         return None
     if configured == AUTO:
         by_template = family_by_template(chat_template)
         if by_template is not None and by_template.reasoning is not None:
             return by_template.reasoning
-        name = REASONING_BY_MODEL_TYPE.get(model_type or "")
-        return None if name is None else get_reasoning_format(name)
+        by_type = _FAMILY_BY_MODEL_TYPE.get(model_type or "")
+        if by_type is None or (by_template is not None and by_type.tool_format != by_template.tool_format):
+            return None
+        return by_type.reasoning
     if configured == REASONING_GENERIC:
         return generic_reasoning_format(start, end)
     return get_reasoning_format(configured)

@@ -8,6 +8,7 @@ text the parser expects.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from enum import Enum
 
@@ -81,6 +82,10 @@ class ToolFormat:
             matching SGLang's JSON with ``constrained_json_disable_any_whitespace``
             (xgrammar ``any_whitespace=False`` writes ``", "`` and ``": "``).
         description: one line for docs and errors.
+        call_id: how the service names a call the model made (``{name}``, ``{number}``: the
+            call's number in the conversation, from 0): Kimi-K2's template renders a call's
+            id into the history as its ``functions.NAME:IDX``, so the id must be that text (as
+            SGLang names them). Empty: ``call_`` and 24 hex digits.
     """
 
     name: str
@@ -103,6 +108,13 @@ class ToolFormat:
     value_end: str = ""
     json_separators: tuple[str, str] = (", ", ": ")
     description: str = ""
+    call_id: str = ""
+
+    def make_call_id(self, name: str, number: int) -> str:
+        """The id of the model's call ``name``, the ``number``-th call of the conversation."""
+        if self.call_id:
+            return self.call_id.format(name=name, number=number)
+        return f"call_{uuid.uuid4().hex[:24]}"
 
     @property
     def arguments_keys(self) -> tuple[str, ...]:

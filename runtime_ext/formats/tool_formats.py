@@ -120,6 +120,7 @@ KIMI_K2 = ToolFormat(
     section_end="<|tool_calls_section_end|>",
     name_end="<|tool_call_argument_begin|>",
     index_sep=":",
+    call_id="functions.{name}:{number}",
     description="Kimi-K2: calls section, per call <|tool_call_begin|>functions.NAME:IDX"
     "<|tool_call_argument_begin|>{json}<|tool_call_end|>",
 )

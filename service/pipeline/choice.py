@@ -5,7 +5,8 @@ finish reason, checks.
 or piece by piece while streaming), routes each by its phase and yields what to send; the
 non-streaming response is assembled from the very same events, so streaming and non-streaming agree by construction.
 With tools (``tool_choice`` other than ``none``) the text goes through the model
-format's streaming parser: calls become ``tool_calls`` (ids ``call_<hex>``), the
+format's streaming parser: calls become ``tool_calls`` (ids ``call_<hex>``, or as the format
+names them: ``ToolFormat.make_call_id``), the
 rest is content.
 """
 
@@ -120,11 +121,13 @@ class ChoiceOutput:
         if self.thinking is None:
             return self.feed(text)
         event = self.thinking.feed(text)
-        return ChoiceEvent(reasoning=event.reasoning) if not event.content else self._both(event)
+        if event.content:
+            return self._both(event)
+        return ChoiceEvent(reasoning=self.text.clean_reasoning(event.reasoning))
 
     def _both(self, event: ReasoningEvent) -> ChoiceEvent:
         answer = self.feed(event.content)
-        return ChoiceEvent(answer.content, answer.tool_calls, event.reasoning)
+        return ChoiceEvent(answer.content, answer.tool_calls, self.text.clean_reasoning(event.reasoning))
 
     def feed(self, text: str) -> ChoiceEvent:
         if self.custom is not None:
@@ -138,11 +141,12 @@ class ChoiceOutput:
         early = ChoiceEvent()
         if self.thinking is not None:  # reasoning held back (a partial end marker) is reasoning
             flushed = self.thinking.finish()
-            early = self._both(flushed) if flushed.content else ChoiceEvent(reasoning=flushed.reasoning)
+            reasoning = self.text.clean_reasoning(flushed.reasoning)
+            early = self._both(flushed) if flushed.content else ChoiceEvent(reasoning=reasoning)
         event = self._event(self.parser.finish()) if self.parser is not None else ChoiceEvent()
         result = self._result(finish_reason)
         if self.thinking is not None:
-            result.reasoning = self.thinking.result().reasoning
+            result.reasoning = self.text.clean_reasoning(self.thinking.result().reasoning)
         merged = ChoiceEvent(early.content + event.content, early.tool_calls + event.tool_calls, early.reasoning)
         return merged, result
 
@@ -151,7 +155,7 @@ class ChoiceOutput:
         for d in parsed.calls:
             if d.name is not None:
                 custom = self.tools is not None and d.name in self.tools.custom_names
-                call = _Call(f"call_{uuid.uuid4().hex[:24]}", d.name, decoder=InputStream() if custom else None)
+                call = _Call(self._call_id(d.name, d.index), d.name, decoder=InputStream() if custom else None)
                 self.calls[d.index] = call
                 deltas.append(call.opening(d.index))
             elif (delta := self.calls[d.index].more(d.index, d.arguments)) is not None:
@@ -159,6 +163,11 @@ class ChoiceOutput:
         if parsed.content:
             self.content.append(parsed.content)
         return ChoiceEvent(parsed.content, tuple(deltas))
+
+    def _call_id(self, name: str, index: int) -> str:
+        if self.tools is None:
+            return f"call_{uuid.uuid4().hex[:24]}"
+        return self.tools.format.make_call_id(name, self.tools.calls_before + index)
 
     def _custom_input(self, text: str) -> ChoiceEvent:
         """The forced custom call: its first delta names it, then input fragments follow."""

@@ -49,7 +49,8 @@ def validate_tools(req: ChatCompletionRequest, fmt: ToolFormat | None) -> ToolRe
             )
     mode, allowed = _choice(req.tool_choice, tools)
     parallel = True if req.parallel_tool_calls is None else req.parallel_tool_calls
-    request = ToolRequest(tools=tools, mode=mode, allowed=allowed, parallel=parallel, format=_require_format(fmt))
+    before = sum(len(m.tool_calls or ()) for m in req.messages if m.role == "assistant")
+    request = ToolRequest(tools, mode, allowed, parallel, _require_format(fmt), calls_before=before)
     _check_framed_custom(request)
     return request
 

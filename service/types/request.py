@@ -68,6 +68,8 @@ class ToolRequest:
     this turn (all tools unless ``allowed_tools`` or a named choice narrowed them);
     every tool is still shown to the model. ``parallel`` False: at most one call.
     ``format``: the served model's tool-call format (a server without one refuses tools).
+    ``calls_before``: the tool calls the conversation's assistant messages already hold (a
+    format that numbers calls in their ids, Kimi-K2's, counts on from there).
     """
 
     tools: tuple[ToolDef, ...]
@@ -75,6 +77,7 @@ class ToolRequest:
     allowed: tuple[str, ...]
     parallel: bool
     format: ToolFormat
+    calls_before: int = 0
 
     def schema_of(self, name: str) -> dict[str, Any] | None:
         return next(t.parameters for t in self.tools if t.name == name)

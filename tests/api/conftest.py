@@ -56,11 +56,12 @@ def c8(assets, tmp_path_factory) -> ServerProcess:
     return ServerProcess(assets.qwen3_tiny, name="qwen-c8", env=env)
 
 
-def deepseek_v3(assets, tmp_path_factory) -> ServerProcess:
-    """A tiny random-weight model with DeepSeek-V3's tokenizer and template (tests/family_model.py)."""
-    from tests.family_model import family_server
+def first_family(assets, tmp_path_factory) -> ServerProcess:
+    """The first model family's server (tests/family_model.py; the family tests launch each next
+    family's server while the one before is tested)."""
+    from tests.family_model import FAMILIES, family_server
 
-    return family_server("deepseek_v3", tmp_path_factory.mktemp("family"))
+    return family_server(next(iter(FAMILIES)), tmp_path_factory.mktemp("family"))
 
 
 SERVERS = {  # fixture -> its server's configuration (assets, tmp_path_factory)
@@ -68,7 +69,7 @@ SERVERS = {  # fixture -> its server's configuration (assets, tmp_path_factory)
     "smol_server": smol,
     "scripted_server": scripted,
     "c8_server": c8,
-    "deepseek_v3_server": deepseek_v3,
+    "family": first_family,
 }
 
 
@@ -101,12 +102,5 @@ def scripted_server(assets, ahead, tmp_path_factory):
 @pytest.fixture(scope="package")
 def c8_server(assets, ahead, tmp_path_factory):
     server = ahead.take("c8_server", lambda: c8(assets, tmp_path_factory))
-    yield server
-    stopped(server)
-
-
-@pytest.fixture(scope="package")
-def deepseek_v3_server(assets, ahead, tmp_path_factory):
-    server = ahead.take("deepseek_v3_server", lambda: deepseek_v3(assets, tmp_path_factory))
     yield server
     stopped(server)

@@ -114,3 +114,16 @@ def test_this_v3_tokenizer_has_no_think_tokens(deepseek: RawTokenizer) -> None:
     """V3.1/R1 add <think> and </think> as tokens; the published V3 tokenizer spells them in
     pieces, so a V3.1 test model built on it is a stand-in for the reasoning markers."""
     assert len(ids(deepseek, "</think>")) > 1
+
+
+def test_the_service_encodes_prompts_as_the_tokenizer_file_does() -> None:
+    """The service's tokenizer (SGLang's loader) encodes and decodes as ``tokenizer.json`` itself:
+    transformers 5's ``AutoTokenizer`` rebuilds DeepSeek-V3's byte-level tokenizer as a Llama one
+    (``What is`` -> ``Whatis``, newlines lost), which the served prompts would inherit."""
+    from service.tokenizer import HFChatTemplate
+
+    models = tokenizer_dir(DEEPSEEK_V3_TOKENIZER_NPM)
+    served, raw = HFChatTemplate(models, None), RawTokenizer(models)
+    text = "What is the weather\nin Paris?  Tabs\there, ünïcode."
+    assert served.encode(text) == raw.encode(text)
+    assert served.decode(raw.encode(text)) == text

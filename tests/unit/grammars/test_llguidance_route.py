@@ -40,3 +40,16 @@ def test_routes_are_cached(router):
     text = json.dumps({"type": "object", "properties": {"a": {"type": "string", "maxLength": 300}}})
     first = router.route("json_schema", text)
     assert first is not None and router.route("json_schema", text) is first
+
+
+def test_markers_that_are_special_tokens_are_forced_as_those_tokens(tmp_path):
+    """Kimi-K2's markers are special tokens of its tokenizer: llguidance matches a special token
+    only as ``<[id]>`` (its bytes are no text), so a marker left as a literal could never be written
+    by the model (the engine test of the family stalled that way)."""
+    from grammars.compile import structural_tag_to_lark, text_tokens
+
+    kimi = ("<|tool_calls_section_begin|>", "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>")
+    added = [{"id": 900 + i, "content": t, "special": True} for i, t in enumerate(kimi)]
+    tokens = text_tokens({"added_tokens": added})
+    lark = structural_tag_to_lark(tool_call_constraint("kimi_k2", [WEATHER], "required").value, tokens)
+    assert all(f"<[{900 + i}]>" in lark for i in range(4)) and not any(t in lark for t in kimi)

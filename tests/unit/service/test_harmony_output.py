@@ -129,3 +129,21 @@ def test_the_answer_after_the_analysis_drops_the_final_header(tokenizer, streame
     assert result.reasoning == "The user wants a city."
     assert result.content == "Paris"
     assert not any(m in (result.reasoning or "") + (result.content or "") for m in MARKERS)
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_control_tokens_written_inside_the_analysis_leave_the_reasoning(tokenizer, streamed):
+    """A marker token written inside the thoughts (a random gpt-oss writes ``<|message|>`` there;
+    the engine test saw it) is no reasoning text: stripped from every reasoning delta and the result."""
+    served = formats(tokenizer)
+    _, params = engine_params(served)
+    thought = decoded(tokenizer, params, "Paris<|message|><|channel|> or Lyon<|end|>", streamed)
+    answer = decoded(tokenizer, params, "<|channel|>final<|message|>Paris<|return|>", streamed)
+    out = ChoiceOutput(None, None, HARMONY_REASONING, text=served.output)
+    deltas: list[str] = []
+    for i, (phase, text) in enumerate([("reasoning", t) for t in thought] + [("answer", t) for t in answer]):
+        last = i == len(thought) + len(answer) - 1
+        step = out.take(Piece(phase, EngineDelta(text, i + 1, 3, 0, finish_reason="stop" if last else None)))  # type: ignore[arg-type]
+        deltas += [e.reasoning for e in step.events if e.reasoning]
+    assert step.result is not None and step.result.reasoning == "Paris or Lyon" == "".join(deltas)
+    assert step.result.content == "Paris"

@@ -44,6 +44,19 @@ def test_a_family_without_reasoning_has_no_markers():
     assert select_reasoning_format("auto", "llama") is None
 
 
+XML_CALLS_TEMPLATE = "{{ '<tool_call>\\n<function=' }}{{ '<parameter=' }}"
+
+
+@pytest.mark.parametrize("model_type, thinks", [("qwen3_moe", False), ("qwen3", False), ("qwen3_5", True)])
+def test_a_template_family_without_reasoning_keeps_a_model_type_that_writes_other_calls_from_thinking(
+    model_type, thinks
+):
+    """Qwen3-Coder (a ``qwen3_moe`` whose template teaches XML calls) never thinks; Qwen3.5 writes
+    the same XML calls and thinks: the ``model_type``'s family decides only when it agrees."""
+    fmt = select_reasoning_format("auto", model_type, chat_template=XML_CALLS_TEMPLATE)
+    assert (fmt is REASONING_FORMATS["qwen3"]) if thinks else fmt is None
+
+
 def test_a_marker_that_is_not_one_token_stops_the_server():
     def by_char(text: str) -> list[int]:
         return [ord(c) for c in text]

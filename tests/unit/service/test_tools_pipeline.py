@@ -287,3 +287,24 @@ def test_a_server_without_a_tool_format_refuses_tools():
     with pytest.raises(UnsupportedParameterError) as err:
         validated(fmt=None, tools=[fn("a")])
     assert err.value.param == "tools" and err.value.status == 400
+
+
+def test_kimi_call_ids_are_the_call_text_counted_over_the_conversation():
+    """Kimi-K2's template renders a call's id into the history as ``functions.NAME:IDX``: the
+    ids continue the conversation's count (two calls before this turn: 2, 3), as SGLang names them."""
+    kimi = get_format("kimi_k2")
+    earlier = [
+        {"id": f"functions.w:{i}", "type": "function", "function": {"name": "w", "arguments": '{"city": "Oslo"}'}}
+        for i in range(2)
+    ]
+    msgs = [
+        {"role": "user", "content": "weather?"},
+        {"role": "assistant", "content": None, "tool_calls": earlier},
+        *({"role": "tool", "tool_call_id": c["id"], "content": "sunny"} for c in earlier),
+    ]
+    v = validated(kimi, messages=msgs, tools=[fn("w", WEATHER_PARAMS)], tool_choice="required")
+    out = ChoiceOutput(build_constraint(v, False), v.tools)
+    out.feed(render_calls(kimi, [("w", '{"city": "Rome"}'), ("w", '{"city": "Oslo"}')]))
+    _, result = out.finish("stop")
+    assert [c.id for c in result.tool_calls] == ["functions.w:2", "functions.w:3"]
+    assert _output().tools.format.make_call_id("w", 0).startswith("call_")
