@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from runtime_ext.formats import template_renders_tools
+from runtime_ext.formats import template_renders_tools, template_wants_string_arguments
 from service.errors import InvalidRequestError
 from service.types.request import Message, ToolDef
 
@@ -28,6 +28,7 @@ class HFChatTemplate:
         if not getattr(self.tokenizer, "chat_template", None):
             raise ValueError(f"the tokenizer in {model_dir} has no chat template")
         self.renders_tools = template_renders_tools(self.tokenizer.chat_template)
+        self.string_arguments = template_wants_string_arguments(self.tokenizer.chat_template)
         self.model_type = model_type  # ModelInfo.model_type (config.json's)
 
     def render(
@@ -41,7 +42,7 @@ class HFChatTemplate:
         (the request's chat_template_kwargs) go to the template."""
         from jinja2 import TemplateError
 
-        conversation = [_as_dict(m) for m in messages]
+        conversation = [_as_dict(m, self.string_arguments) for m in messages]
         try:
             text = self.tokenizer.apply_chat_template(
                 conversation,
@@ -73,7 +74,9 @@ def _tool(tool: ToolDef) -> dict[str, Any]:
     return {"type": "function", "function": function}
 
 
-def _as_dict(message: Message) -> dict[str, Any]:
+def _as_dict(message: Message, string_arguments: bool = False) -> dict[str, Any]:
+    """The message as the template reads it; a call's ``arguments`` as an object (what most
+    templates read), or as the client's JSON text when the template concatenates it as text."""
     out: dict[str, Any] = {"role": message.role, "content": message.content}
     if message.name:
         out["name"] = message.name
@@ -83,7 +86,11 @@ def _as_dict(message: Message) -> dict[str, Any]:
         out["reasoning_content"] = message.reasoning
     if message.tool_calls:
         out["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.loads(c.arguments)}}
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": c.arguments if string_arguments else json.loads(c.arguments)},
+            }
             for c in message.tool_calls
         ]
     return out

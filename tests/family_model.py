@@ -34,6 +34,7 @@ class Family:
 
 
 _THINK_OFF = {"STRUCTSERVE_REASONING__DEFAULT_THINKING": "false"}  # a random model never ends its thoughts
+_THINK = ("<think>", "</think>")  # V3.1 and V3.2 add them to V3's vocabulary
 _GLM_TOKENS = ("[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>")
 _KIMI_TOKENS = ("<|im_user|>", "<|im_assistant|>", "<|im_system|>", "<|im_middle|>")
 FAMILIES = {
@@ -59,6 +60,13 @@ FAMILIES = {
         + ("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>")
         + ("<|tool_call_argument_begin|>", "<|tool_call_end|>"),
     ),
+    "deepseek_v31": Family(  # its template renders no tools list: the format is set
+        "DEEPSEEK_V3_TOKENIZER_NPM",
+        {"STRUCTSERVE_TOOL_FORMAT": "deepseek_v31", **_THINK_OFF},
+        "deepseek_v31.jinja",
+        added=_THINK,
+    ),
+    "deepseek_v32": Family("DEEPSEEK_V3_TOKENIZER_NPM", _THINK_OFF, "deepseek_v32.jinja", added=_THINK),
     "gpt_oss": Family("GPTOSS_TOKENIZER_NPM", _THINK_OFF, "gpt_oss.jinja", eos=("<|return|>", "<|call|>")),
 }
 
@@ -78,9 +86,12 @@ def _write_tokenizer(family: Family, source: Path, out: Path) -> list[int]:
     config = json.loads((source / "tokenizer_config.json").read_text(encoding="utf-8"))
     if family.template is not None:
         config["chat_template"] = (TEMPLATES / family.template).read_text(encoding="utf-8")
-    for text in family.added:  # transformers builds the added tokens from the config's list
-        entry = {"content": text, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False}
-        config.setdefault("added_tokens_decoder", {})[str(tok.token_to_id(text))] = {**entry, "special": True}
+    if family.added:  # transformers builds the added tokens from the config's list: all of them, as flagged
+        config["added_tokens_decoder"] = {
+            str(i): {"content": t.content, "lstrip": False, "normalized": False, "rstrip": False}
+            | {"single_word": False, "special": t.special}
+            for i, t in sorted(tok.get_added_tokens_decoder().items())
+        }
     eos = family.eos or (_token(config["eos_token"]),)
     config["eos_token"] = eos[0]
     (out / "tokenizer_config.json").write_text(json.dumps(config, ensure_ascii=False, indent=2), encoding="utf-8")

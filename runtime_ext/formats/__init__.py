@@ -28,7 +28,7 @@ from runtime_ext.formats.render import (
     render_calls_with_spans,
 )
 from runtime_ext.formats.spec import CallStyle, ToolFormat, UnknownFormatError
-from runtime_ext.formats.templates import template_renders_tools
+from runtime_ext.formats.templates import template_renders_tools, template_wants_string_arguments
 from runtime_ext.formats.tool_formats import FORMAT_NAMES, get_format
 
 __all__ = [
@@ -57,4 +57,5 @@ __all__ = [
     "select_format",
     "select_reasoning_format",
     "template_renders_tools",
+    "template_wants_string_arguments",
 ]

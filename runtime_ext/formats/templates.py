@@ -80,3 +80,42 @@ def template_renders_tools(chat_template: str | None) -> bool:
     if _render(template, None) is not None:
         return False
     return "tools" in jinja2.meta.find_undeclared_variables(env.parse(chat_template))
+
+
+_PROBE_ARGUMENTS = {"structserve_probe_argument_9c2e": 1}
+
+
+def _history(arguments: object) -> list[dict[str, Any]]:
+    call = {"id": "call_0", "type": "function", "function": {"name": _PROBE_NAME, "arguments": arguments}}
+    return [
+        {"role": "user", "content": "U"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_0", "content": "R"},
+    ]
+
+
+def template_wants_string_arguments(chat_template: str | None) -> bool:
+    """True when ``chat_template`` renders a history tool call only with its ``arguments`` as JSON
+    text (DeepSeek-V3.1's writes ``'<｜tool▁sep｜>' + tool['function']['arguments']``), not as the
+    object most templates read (``| tojson``, ``.items()``): a probe call renders with the object
+    fails (or drops the argument) and renders with the text. False when it cannot tell."""
+    if not chat_template:
+        return False
+    try:
+        template = _environment().from_string(chat_template)
+    except jinja2.TemplateSyntaxError:
+        return False
+    key = next(iter(_PROBE_ARGUMENTS))
+
+    def rendered(arguments: object) -> str | None:
+        try:
+            history = _history(arguments)
+            return template.render(messages=history, tools=_PROBE_TOOLS, add_generation_prompt=True, bos_token="")
+        except Exception:  # noqa: BLE001 - any failure: this argument type does not render
+            return None
+
+    as_object = rendered(_PROBE_ARGUMENTS)
+    if as_object is not None and key in as_object:
+        return False
+    as_text = rendered(json.dumps(_PROBE_ARGUMENTS))
+    return as_text is not None and key in as_text

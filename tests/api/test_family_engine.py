@@ -66,8 +66,9 @@ NAMED = {"type": "function", "function": {"name": "send_email"}}
 
 NAMES = list(FAMILIES)
 FORMATS = {"deepseek_v3": "deepseek_v3", "glm45": "glm45", "qwen3_coder": "qwen3_coder", "kimi_k2": "kimi_k2"}
-FORMATS["gpt_oss"] = "harmony"
-REASONING = {"glm45": "qwen3", "kimi_k2": "qwen3", "gpt_oss": "harmony"}  # the rest: none
+FORMATS |= {"deepseek_v31": "deepseek_v31", "deepseek_v32": "deepseek_v32", "gpt_oss": "harmony"}
+REASONING = {"glm45": "qwen3", "kimi_k2": "qwen3", "gpt_oss": "harmony"}
+REASONING |= {"deepseek_v31": "deepseek_v31", "deepseek_v32": "deepseek_v32"}  # the rest: none
 ONE_CALL_PER_TURN = {"gpt_oss"}  # <|call|> is a stop token: a Harmony turn carries one call
 
 
@@ -78,6 +79,8 @@ def history_call(name: str, call) -> str:
         "glm45": f"<tool_call>{call.function.name}\n<arg_key>",
         "qwen3_coder": f"<tool_call>\n<function={call.function.name}>\n<parameter=",
         "kimi_k2": f"<|tool_call_begin|>{call.id}<|tool_call_argument_begin|>{{",
+        "deepseek_v31": f"<\uff5ctool\u2581call\u2581begin\uff5c>{call.function.name}<\uff5ctool\u2581sep\uff5c>{{",
+        "deepseek_v32": f'<\uff5cDSML\uff5cinvoke name="{call.function.name}">\n<\uff5cDSML\uff5cparameter name=',
         "gpt_oss": f"<|start|>assistant to=functions.{call.function.name}<|channel|>commentary json<|message|>{{",
     }[name]
 
@@ -114,7 +117,7 @@ def startup_formats(server) -> tuple[str, str]:
 
 def ask(family, messages=ASK, stream=False, **kw):
     _, server, client, _ = family
-    kw = {"model": server.model_name, "messages": messages, "tools": TOOLS, "max_tokens": 160, "temperature": 0, **kw}
+    kw = {"model": server.model_name, "messages": messages, "tools": TOOLS, "max_tokens": 96, "temperature": 0, **kw}
     if not stream:
         return client.chat.completions.create(**kw).choices[0]
     calls: dict[int, list[str]] = {}
@@ -162,6 +165,17 @@ def test_parallel_true_calls_are_each_valid(family):
     assert len(calls) == 1 if family[0] in ONE_CALL_PER_TURN else len(calls) >= 1
 
 
+def test_auto_answers_in_text_or_one_clean_call(family):
+    """Under ``auto`` the model may answer or call (the grammar forces the call once it starts):
+    whichever it does, no marker reaches the client and the stream carries the same calls."""
+    kw = {"tool_choice": "auto", "parallel_tool_calls": False, "max_tokens": 48}
+    choice = ask(family, **kw)
+    calls = checked(family, choice)
+    assert len(calls) <= 1 and choice.finish_reason in ("stop", "length", "tool_calls")
+    assert choice.finish_reason != "tool_calls" or len(calls) == 1
+    assert ask(family, stream=True, **kw) == calls
+
+
 @pytest.mark.parametrize("choice", ["required", NAMED], ids=["required", "named"])
 def test_streamed_calls_equal_non_streamed(family, choice):
     kw = {"tool_choice": choice, "parallel_tool_calls": False}
@@ -204,5 +218,5 @@ def test_reasoning_budget_is_exact_then_the_call_follows(family):
     # not empty text: a random gpt-oss may write only control tokens there, which are no text
     assert choice.message.model_extra["reasoning_content"] is not None and choice.finish_reason == "tool_calls"
     assert len(checked(family, choice)) == 1
-    off = client.chat.completions.create(extra_body={"enable_thinking": False}, **kw)
+    off = client.chat.completions.create(extra_body={"enable_thinking": False}, **{**kw, "max_tokens": 16})
     assert off.usage.completion_tokens_details.reasoning_tokens == 0

@@ -93,3 +93,19 @@ def test_every_family_names_its_end_of_turn_tokens() -> None:
     assert all(family.end_of_turn for family in MODEL_FAMILIES)
     gpt_oss = select_family("gpt_oss")
     assert gpt_oss is not None and gpt_oss.end_of_turn == ("<|return|>", "<|call|>")
+
+
+TEMPLATES = __import__("pathlib").Path(__file__).resolve().parents[2] / "family_templates"
+
+
+@pytest.mark.parametrize(
+    "template, wants_text",
+    [("deepseek_v31.jinja", True), ("glm45.jinja", False), ("kimi_k2.jinja", False), ("gpt_oss.jinja", False)],
+)
+def test_a_template_that_concatenates_call_arguments_gets_them_as_text(template: str, wants_text: bool) -> None:
+    """DeepSeek-V3.1's template writes ``'<｜tool▁sep｜>' + tool['function']['arguments']``: given the
+    object most templates read (``| tojson``, ``.items()``) it raises, so the service passes the
+    client's JSON text to it (probed once, ``template_wants_string_arguments``)."""
+    from runtime_ext.formats import template_wants_string_arguments
+
+    assert template_wants_string_arguments((TEMPLATES / template).read_text(encoding="utf-8")) is wants_text
