@@ -25,6 +25,9 @@ from typing import Any
 
 import jsonschema
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.fast_forward_ties import describe, partings  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS = [
     ("get_weather", {"city": {"type": "string", "maxLength": 24}, "unit": {"enum": ["celsius", "fahrenheit"]}}),
@@ -116,12 +119,13 @@ def worker(mode: str, model_dir: str, max_tokens: int) -> None:
                 "max_new_tokens": max_tokens,
                 "json_schema": json.dumps(SCHEMAS[cmd["workload"]]),
             }
+            extra = {"return_logprob": True, "top_logprobs_num": 2} if cmd.get("diagnose") else {}
             before = fast_forward_report(engine)
             start = time.perf_counter()
             if cmd["concurrency"] == 1:
-                outs = [engine.generate(prompt=p, sampling_params=params) for p in prompts]
+                outs = [engine.generate(prompt=p, sampling_params=params, **extra) for p in prompts]
             else:
-                outs = engine.generate(prompt=prompts, sampling_params=[params] * len(prompts))
+                outs = engine.generate(prompt=prompts, sampling_params=[params] * len(prompts), **extra)
             seconds = time.perf_counter() - start
             after = fast_forward_report(engine)
             print(
@@ -133,6 +137,11 @@ def worker(mode: str, model_dir: str, max_tokens: int) -> None:
                         "tokens": sum(o["meta_info"]["completion_tokens"] for o in outs),
                         "decode_steps": after["decode_steps"] - before["decode_steps"],
                         "forced": after["forced_tokens"] - before["forced_tokens"],
+                        "ids": [o["output_ids"] for o in outs],
+                        "top2": [
+                            [[t[0] for t in pos[:2]] for pos in o["meta_info"].get("output_top_logprobs") or []]
+                            for o in outs
+                        ],
                     }
                 ),
                 flush=True,
@@ -210,6 +219,20 @@ def print_table(rows: list[dict[str, Any]], rounds: int) -> None:
         )
 
 
+def explain_differences(off: subprocess.Popen[str], cells: list[tuple[str, int]], runs: Any, requests_c1: int) -> None:
+    """Each output of the last round that differs from step-by-step's: where, and how near a tie
+    step-by-step's choice was there (``bench/fast_forward_ties.py``), from a re-run with logprobs."""
+    print("\noutputs that differ from step-by-step (last round), with step-by-step's margin where they part:")
+    for workload, conc in cells:
+        cmd = {"workload": workload, "concurrency": conc, "requests": requests_c1 if conc == 1 else 8}
+        again = ask(off, {**cmd, "diagnose": True})
+        if again["texts"] != runs[(workload, conc)]["off"][-1]["texts"]:
+            print(f"- {workload} at {conc}: step-by-step with logprobs wrote other texts; no margins")
+            continue
+        found = partings(runs[(workload, conc)]["on"][-1]["ids"], again["ids"], again["top2"])
+        print("\n".join(describe(workload, conc, found)) or f"- {workload} at {conc}: none")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -237,6 +260,7 @@ def main() -> None:
                 for mode in order:
                     runs[(workload, conc)][mode].append(ask(procs[mode], cmd))
             print_table([cell_row(w, c, runs[(w, c)]) for w, c in cells], rnd + 1)  # so far
+        explain_differences(procs["off"], cells, runs, args.requests_c1)
     finally:
         for proc in procs.values():
             proc.stdin.close()  # type: ignore[union-attr]
