@@ -27,8 +27,10 @@ Kind = Literal["thinking", "text", "tool_use"]
 
 
 def tool_use_id(call_id: str) -> str:
-    """The ``toolu_`` id of a chat call id (``call_<hex>`` -> ``toolu_<hex>``)."""
-    return "toolu_" + call_id.removeprefix("call_")
+    """The ``toolu_`` id of a chat call id (``call_<hex>`` -> ``toolu_<hex>``). An id the model's
+    format names itself (Kimi-K2's ``functions.NAME:N``, which its template renders back into the
+    history) is kept as it is."""
+    return "toolu_" + call_id.removeprefix("call_") if call_id.startswith("call_") else call_id
 
 
 def usage_of(usage: Usage | None) -> MessageUsage:

@@ -207,3 +207,12 @@ def test_a_fragment_for_a_closed_call_or_a_custom_call_is_a_conversion_error():
     }
     with pytest.raises(ConversionError, match="sh"):
         from_completion(ChatCompletion.model_validate(done), "msg_1")
+
+
+def test_a_call_id_the_format_names_itself_is_kept():
+    """``call_<hex>`` ids become ``toolu_<hex>``; Kimi-K2's ``functions.NAME:N`` stays, since its
+    template renders the id back into the next turn's history where the model wrote it."""
+    from service.fronts.messages.build_message import tool_use_id
+
+    assert tool_use_id("call_ab") == "toolu_ab"
+    assert tool_use_id("functions.get_weather:3") == "functions.get_weather:3"
