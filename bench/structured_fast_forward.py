@@ -103,12 +103,12 @@ PROMPTS = {
 SCHEMAS = {"tool_call": TOOL_CALL, "json": RECORD}
 
 
-def worker(mode: str, model_dir: str, max_tokens: int) -> None:
+def worker(mode: str, model_dir: str, max_tokens: int, mixed_chunk: bool = False) -> None:
     """Serve commands from stdin, one JSON line each: {"workload", "concurrency"}; answer one line."""
     sys.path.insert(0, str(ROOT))
     from tests.engine.sglang_fast_forward import fast_forward_report, start_engine
 
-    engine = start_engine(Path(model_dir), mode == "on", "bfloat16")
+    engine = start_engine(Path(model_dir), mode == "on", "bfloat16", enable_mixed_chunk=mixed_chunk)
     try:
         print("READY", flush=True)
         for line in sys.stdin:
@@ -152,7 +152,8 @@ def worker(mode: str, model_dir: str, max_tokens: int) -> None:
 
 def start_worker(mode: str, args: argparse.Namespace) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
-        [sys.executable, __file__, "--worker", mode, "--model", args.model, "--max-tokens", str(args.max_tokens)],
+        [sys.executable, __file__, "--worker", mode, "--model", args.model, "--max-tokens", str(args.max_tokens)]
+        + (["--mixed-chunk"] if args.mixed_chunk else []),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -239,6 +240,9 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--requests-c1", type=int, default=4, help="requests run one after another at concurrency 1")
     parser.add_argument("--model", default=None)
+    parser.add_argument(
+        "--mixed-chunk", action="store_true", help="both engines mix extend steps with the running decodes (SGLang's)"
+    )
     parser.add_argument("--worker", choices=["on", "off"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.model is None:
@@ -247,7 +251,7 @@ def main() -> None:
 
         args.model = str(fetch().smollm2)
     if args.worker:
-        worker(args.worker, args.model, args.max_tokens)
+        worker(args.worker, args.model, args.max_tokens, args.mixed_chunk)
         return
     procs = {mode: start_worker(mode, args) for mode in ("off", "on")}
     cells = [(w, c) for w in ("tool_call", "json") for c in (1, 8)]

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 
-def start_engine(model_dir: Path, fast_forward: bool, dtype: str, max_running: int = 32) -> Any:
-    """An in-process engine as the service would run it with ``grammar.fast_forward``."""
+def start_engine(model_dir: Path, fast_forward: bool, dtype: str, max_running: int = 32, **engine: Any) -> Any:
+    """An in-process engine as the service would run it with ``grammar.fast_forward`` (``engine``:
+    more SGLang engine arguments)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from runtime_ext.config import RuntimeExtConfig
     from service.engine import EngineOptions, prepare_process_env
@@ -34,7 +35,7 @@ def start_engine(model_dir: Path, fast_forward: bool, dtype: str, max_running: i
     import sglang
 
     options = EngineOptions(model_path=model_dir, dtype=dtype, engine=settings)
-    return sglang.Engine(**options.engine_kwargs(), grammar_backend="llguidance")
+    return sglang.Engine(**options.engine_kwargs(), grammar_backend="llguidance", **engine)
 
 
 def params(case: dict[str, Any]) -> dict[str, Any]:
