@@ -68,7 +68,7 @@ class Libraries:
         as the grammar check's worker compiles it: a warning (a dropped constraint) or a grammar with no
         first token is a refusal."""
         try:
-            verdict = schema_verdict(schema, router=self.router, resample=True)
+            verdict = schema_verdict(schema, router=self.router, resample=True, exact=True)
         except Exception:  # noqa: BLE001 - llguidance failing to check: xgrammar serves it, as in the grammar check
             verdict = schema_verdict(schema)
         if not verdict.served or verdict.checked is None:
@@ -85,7 +85,7 @@ class Libraries:
             try:
                 return Served("llguidance", self._ll_lark(verdict.lark), canonical)
             except Refused:
-                if verdict.native:  # no xgrammar form: the request fails, as in the scheduler
+                if verdict.checked.unenforced:  # no xgrammar form: the request fails, as in the scheduler
                     raise
                 # the scheduler's fallback: xgrammar serves the same constraint
         return Served("xgrammar", self._xgrammar(verdict.checked.canonical, strict=True), canonical)

@@ -17,10 +17,16 @@ cannot build or compile it in the scheduler, xgrammar serves it there. If llguid
 while checking the grammar, the constraint takes the xgrammar path below. Both are counted in
 ``structserve_grammar_fallbacks_total``.
 
-A ``response_format`` schema with keywords xgrammar cannot enforce (``DecodeConstraint.unenforced``)
-goes whole to llguidance's own JSON Schema compiler, with no xgrammar form (xgrammar would loosen
-it); if that refuses too, the constraint's ``fallback`` is served (the grammar without those
-keywords, outputs validated and resampled: ``grammar.unenforceable``), else the 400.
+A ``response_format`` schema (after the policy) goes first, whole, to llguidance's own JSON Schema
+compiler: JSON Schema's semantics (undeclared properties are allowed unless the schema closes the
+object, a ``pattern`` matches anywhere; declared properties still come in their declared order),
+where the routes above write out xgrammar's strict mode, which refuses more valid instances. It
+carries the schema's xgrammar form as above (strict mode: narrower, never looser), except a
+schema with keywords xgrammar cannot enforce: xgrammar would loosen it, so if llguidance fails in
+the scheduler that request fails. If llguidance refuses the schema, one with keywords xgrammar
+cannot enforce (``DecodeConstraint.unenforced``) is served through its ``fallback`` (the grammar
+without those keywords, outputs validated and resampled: ``grammar.unenforceable``) or refused
+with the 400; any other takes the routes above.
 """
 
 from __future__ import annotations
@@ -73,8 +79,15 @@ class GrammarService:
         return await self._served(constraint)
 
     async def _served(self, constraint: DecodeConstraint) -> DecodeConstraint:
+        why = ""  # grammar.backend: xgrammar: llguidance is not asked
+        if constraint.kind == "json_schema" and self._router is not None:
+            lark, why = await self._native(constraint.value)
+            if lark is not None:  # JSON Schema's own semantics (module doc)
+                GRAMMAR_CACHE.labels(kind="llguidance_json", result="routed").inc()
+                value = lark if constraint.unenforced else with_fallback(lark, constraint.kind, constraint.value)
+                return replace(constraint, kind="ebnf", value=value)
         if constraint.unenforced:
-            return await self._native(constraint)
+            return await self._unenforced(constraint, why)
         lark = await self._routed(constraint)
         if lark is not None:
             GRAMMAR_CACHE.labels(kind="llguidance_lark", result="routed").inc()
@@ -88,18 +101,18 @@ class GrammarService:
             GRAMMAR_COMPILE_SECONDS.labels(kind=constraint.kind).observe(stats.seconds)
         return constraint
 
-    async def _native(self, constraint: DecodeConstraint) -> DecodeConstraint:
-        """A schema only llguidance's own JSON Schema compiler may enforce: its grammar, with no
-        xgrammar form to fall back to (xgrammar would loosen it), or the policy's 400."""
-        why = ""  # grammar.backend: xgrammar: llguidance is not asked
-        if self._router is not None:
-            try:
-                lark, why = await asyncio.to_thread(self._router.route_native, constraint.value)
-            except Exception as exc:  # noqa: BLE001 - llguidance itself failed: nothing else enforces it
-                lark, why = None, f"{type(exc).__name__}: {str(exc)[:200]}"
-            if lark is not None:
-                GRAMMAR_CACHE.labels(kind="llguidance_json", result="routed").inc()
-                return replace(constraint, kind="ebnf", value=lark)
+    async def _native(self, schema: str) -> tuple[str | None, str]:
+        """llguidance's own JSON Schema compiler on ``schema``: (its grammar, "") or (None, why
+        it refused)."""
+        assert self._router is not None
+        try:
+            return await asyncio.to_thread(self._router.route_native, schema)
+        except Exception as exc:  # noqa: BLE001 - llguidance itself failed: the other routes decide
+            return None, f"{type(exc).__name__}: {str(exc)[:200]}"
+
+    async def _unenforced(self, constraint: DecodeConstraint, why: str) -> DecodeConstraint:
+        """A schema only llguidance's own compiler may enforce, and it refused (``why``): the
+        grammar without those keywords, outputs validated and resampled, or the policy's 400."""
         if constraint.fallback is not None:  # validated and resampled (grammar.unenforceable)
             return await self._served(constraint.fallback)
         raise UnsupportedKeywordError(

@@ -36,8 +36,9 @@ class SchemaVerdict:
     code: the error code of that 400 (``unsupported_schema_keyword`` ...), else None.
     checked: the policy's result when it passed, else None.
     lark: the llguidance grammar when routed there, else None.
-    native: served by llguidance's own JSON Schema compiler with the keywords xgrammar cannot
-        enforce (``CheckedSchema.unenforced``), JSON Schema's semantics throughout.
+    native: served by llguidance's own JSON Schema compiler, JSON Schema's semantics throughout:
+        a schema with keywords xgrammar cannot enforce (``CheckedSchema.unenforced``: no other
+        route), or any schema it takes under ``exact``.
     validated: served under the grammar without ``loosened``, every output validated and
         resampled (``grammar.unenforceable: resample``, non-streamed).
     """
@@ -66,27 +67,31 @@ def schema_verdict(
     router: LarkRouter | None = None,
     compiler: GrammarCompiler | None = None,
     resample: bool = False,
+    exact: bool = False,
 ) -> SchemaVerdict:
     """The verdict for ``schema``. ``router`` None: llguidance is not asked (the xgrammar
     backend); ``compiler`` None: a schema left to xgrammar is assumed to compile (the
     policy passed it). ``resample``: what no library enforces is served validated (a
     non-streamed ``response_format`` under ``grammar.unenforceable: resample``).
+    ``exact``: JSON Schema's own semantics first (a ``response_format`` schema): llguidance's
+    compiler is asked before the strict-mode routes, which narrow what the schema admits.
     ``CompilerBusyError`` propagates (the machine, not the schema)."""
     try:
         checked = check_schema(schema, allow_loosening=allow_loosening, defer_unsupported=router is not None)
     except GrammarError as exc:
         return SchemaVerdict(False, None, reason=exc.message, code=exc.code)
     ignored, loosened = named(checked.ignored), named(checked.loosened)
-    if checked.unenforced and router is not None:  # only llguidance's own compiler may take it
+    if router is not None and (exact or checked.unenforced):
         lark, why = router.route_native(checked.canonical)
-        if lark is None and resample:
-            loose = schema_verdict(schema, allow_loosening=True, router=router, compiler=compiler)
+        if lark is not None:
+            return SchemaVerdict(True, "llguidance", ignored, loosened, checked=checked, lark=lark, native=True)
+    if checked.unenforced and router is not None:  # only llguidance's own compiler may take it
+        if resample:
+            loose = schema_verdict(schema, allow_loosening=True, router=router, compiler=compiler, exact=exact)
             if loose.served:
                 return replace(loose, validated=True)
-        if lark is None:
-            refused = UnsupportedKeywordError(checked.unenforced, llguidance=why)
-            return SchemaVerdict(False, None, ignored, reason=refused.message, code=refused.code)
-        return SchemaVerdict(True, "llguidance", ignored, checked=checked, lark=lark, native=True)
+        refused = UnsupportedKeywordError(checked.unenforced, llguidance=why)
+        return SchemaVerdict(False, None, ignored, reason=refused.message, code=refused.code)
     lark = router.route("json_schema", checked.canonical) if router is not None else None
     if lark is not None:
         return SchemaVerdict(True, "llguidance", ignored, loosened, checked=checked, lark=lark)

@@ -72,25 +72,27 @@ class Node:
 
 def escape_token(token: str | int) -> str:
     """One RFC 6901 reference token (``~`` → ``~0``, ``/`` → ``~1``)."""
-    return str(token).replace("~", "~0").replace("/", "~1")
+    text = str(token)
+    return text.replace("~", "~0").replace("/", "~1") if "~" in text or "/" in text else text
 
 
 def _children(node: Node) -> Iterator[Node]:
-    """The subschemas directly under ``node`` (schema positions only, never data)."""
-    value, depth = node.value, node.depth + 1
+    """The subschemas directly under ``node`` (schema positions only, never data). Keyword
+    names hold no ``~`` or ``/``: only member names are escaped."""
+    value, depth, pointer = node.value, node.depth + 1, node.pointer
     for key, child in value.items():
-        base = f"{node.pointer}/{escape_token(key)}"
-        names = node.names or key == "propertyNames"
-        if key in SCHEMA_SINGLE_KEYWORDS and isinstance(child, (dict, bool)):
-            yield Node(child, base, depth, names)
-        elif key in SCHEMA_LIST_KEYWORDS and isinstance(child, list):
-            for i, item in enumerate(child):
-                if isinstance(item, (dict, bool)):
-                    yield Node(item, f"{base}/{i}", depth, names)
+        if key in SCHEMA_SINGLE_KEYWORDS:
+            if isinstance(child, (dict, bool)):
+                yield Node(child, f"{pointer}/{key}", depth, node.names or key == "propertyNames")
+        elif key in SCHEMA_LIST_KEYWORDS:
+            if isinstance(child, list):
+                for i, item in enumerate(child):
+                    if isinstance(item, (dict, bool)):
+                        yield Node(item, f"{pointer}/{key}/{i}", depth, node.names)
         elif key in SCHEMA_MAP_KEYWORDS and isinstance(child, dict):
             for name, item in child.items():
                 if isinstance(item, (dict, bool)):
-                    yield Node(item, f"{base}/{escape_token(name)}", depth, names)
+                    yield Node(item, f"{pointer}/{key}/{escape_token(name)}", depth, node.names)
 
 
 def iter_subschemas(schema: Any) -> Iterator[Node]:

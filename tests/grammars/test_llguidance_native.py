@@ -1,7 +1,9 @@
-"""Schemas xgrammar cannot enforce go whole to llguidance's own JSON Schema compiler, which
-refuses what it cannot enforce: over the JSON-Schema-Test-Suite (draft2020-12), every schema
-the policy defers (``CheckedSchema.unenforced``) and ``LarkRouter.route_native`` takes is walked
-with SmolLM2's tokenizer, every instance as SGLang's JSON spacing writes it:
+"""``response_format`` schemas go whole to llguidance's own JSON Schema compiler first (JSON
+Schema's semantics), which refuses what it cannot enforce; schemas with keywords xgrammar cannot
+enforce go nowhere else. Over the JSON-Schema-Test-Suite (draft2020-12), every schema the policy
+passes or defers (``CheckedSchema.unenforced``: ``deferred``, only those) and
+``LarkRouter.route_native`` takes is walked with SmolLM2's tokenizer, every instance as SGLang's
+JSON spacing writes it:
 - no invalid instance is accepted (the native route is as sound as the policy's own);
 - the schemas it serves cover a real share of the suite, and the only valid instances it refuses
   are the suite's "format is only an annotation" cases (the service enforces ``format``).
@@ -32,22 +34,24 @@ def guidance() -> Guidance:
     return Guidance(tokenizer)
 
 
-def _native(schema: Any, router: LarkRouter) -> tuple[dict[str, Any], str] | None:
-    """(the schema as sent, its Lark grammar) when only the native route serves it."""
+def _native(schema: Any, router: LarkRouter, deferred: bool) -> tuple[dict[str, Any], str] | None:
+    """(the schema as sent, its Lark grammar) when the native route serves it (``deferred``: only
+    those the policy defers, which no other route may serve)."""
     try:
         checked = check_schema(schema, defer_unsupported=True)
     except GrammarError:
         return None
-    if not checked.unenforced:
+    if deferred and not checked.unenforced:
         return None
     lark, _ = router.route_native(checked.canonical)
     return None if lark is None else (json.loads(checked.canonical), lark)
 
 
-def test_the_native_route_accepts_no_invalid_instance_of_the_suite(guidance):
+@pytest.mark.parametrize("deferred", [True, False], ids=["deferred", "response_format"])
+def test_the_native_route_accepts_no_invalid_instance_of_the_suite(guidance, deferred):
     router = LarkRouter(NO_TOKENIZER)
     served, valid, refused_valid, unsound = 0, 0, [], []
-    for named, case, schema, lark in suite_served(lambda s: _native(s, router)):
+    for named, case, schema, lark in suite_served(lambda s: _native(s, router, deferred)):
         served += 1
         for test in case["tests"]:
             where = f"{named}: {test['description']}"
@@ -58,7 +62,7 @@ def test_the_native_route_accepts_no_invalid_instance_of_the_suite(guidance):
             if test["valid"] and not accepted:
                 refused_valid.append(where)
     assert not unsound, unsound
-    assert served >= 30, served  # the route serves a real share of the suite's deferred schemas
+    assert served >= (30 if deferred else 120), served  # a real share of the suite's schemas
     # the one narrowing: ``format`` is enforced (the suite's "only an annotation" cases)
     assert all(where.startswith("format.json: ") for where in refused_valid), refused_valid
     print(f"\nnative route: {served} suite schemas, {valid} valid instances, {len(refused_valid)} refused")

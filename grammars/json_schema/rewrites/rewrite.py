@@ -29,6 +29,7 @@ Bottom-up, on a copy; a subschema with a ``$ref`` into what a rewrite moves is l
 
 from __future__ import annotations
 
+import bisect
 import copy
 from typing import Any
 
@@ -64,7 +65,7 @@ def rewrite_exact(schema: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ..
     nothing applies. Never mutates ``schema``."""
     targets = _ref_targets(schema)
     nodes = [n for n in iter_subschemas(schema) if isinstance(n.value, dict) and _candidate(n.value)]
-    nodes = [n for n in nodes if not any(t.startswith(f"{n.pointer}/{k}") for t in targets for k in _MOVED)]
+    nodes = [n for n in nodes if not any(_any_under(f"{n.pointer}/{k}", targets) for k in _MOVED)]
     if not nodes:
         return schema, ()
     out, done = copy.deepcopy(schema), []
@@ -120,7 +121,7 @@ def _inlined_one_ofs(out: dict[str, Any], schema: Any, known: tuple[list[str], f
         value = node.value
         if not isinstance(value, dict) or "oneOf" not in value or "anyOf" in value:
             continue
-        if any(t.startswith(f"{node.pointer}/") for t in known[0]) or not _client_disjoint(value, schema, known[1]):
+        if not _folds(node.pointer, known[0]) or not _client_disjoint(value, schema, known[1]):
             continue
         value["anyOf"] = value.pop("oneOf")
         done += [f"oneOf at {node.pointer or '/'}", *_rewrite_node(value, node.pointer, {}, schema, known)]
@@ -148,16 +149,24 @@ def _folded(original: dict[str, Any]) -> str:
 
 def _folds(pointer: str, targets: list[str]) -> bool:
     """A folded subschema is replaced whole: no ``$ref`` may point inside it."""
-    return not any(t.startswith(f"{pointer}/") for t in targets)
+    return not _any_under(f"{pointer}/", targets)
+
+
+def _any_under(prefix: str, targets: list[str]) -> bool:
+    """Whether a target starts with ``prefix`` (``targets`` sorted: the first string not below
+    ``prefix`` is the only candidate)."""
+    i = bisect.bisect_left(targets, prefix)
+    return i < len(targets) and targets[i].startswith(prefix)
 
 
 def _ref_targets(schema: dict[str, Any]) -> list[str]:
+    """The local ``$ref`` targets (pointers), sorted for ``_any_under``."""
     out = []
     for node in iter_subschemas(schema):
         ref = node.value.get("$ref") if isinstance(node.value, dict) else None
         if isinstance(ref, str) and ref.startswith("#"):
             out.append(ref[1:])
-    return out
+    return sorted(out)
 
 
 def merge_all_of(value: dict[str, Any]) -> bool:

@@ -1,13 +1,19 @@
-"""The grammar check tells a busy machine (503 + Retry-After) from a bad schema (400)."""
+"""The grammar check tells a busy machine (503 + Retry-After) from a bad schema (400), and routes a
+``response_format`` schema to llguidance's own compiler first."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import pytest
 
+from grammars.compile import CompileStats, LarkRouter
+from grammars.compile.llguidance_lark import native_json_schema_to_lark
 from grammars.errors import CompilerBusyError, SchemaTooComplexError
+from grammars.json_schema import check_schema
+from runtime_ext.grammar_route import split_fallback
 from service.api.errors import error_response
 from service.errors import CompilerBusyServiceError
 from service.grammar_check import GrammarService
@@ -46,3 +52,40 @@ def test_a_schema_over_its_budget_stays_a_400():
         asyncio.run(gate.ensure_compiles(CONSTRAINT))
     resp = error_response(err.value)
     assert resp.status_code == 400 and json.loads(resp.body)["error"]["param"] == CONSTRAINT.param
+
+
+def _routing_gate(compiled: list[str]) -> GrammarService:
+    """A GrammarService with the real llguidance router (no tokenizer) and an xgrammar stand-in
+    that records what reaches it."""
+
+    def compile_(text: str) -> CompileStats:
+        compiled.append(text)
+        return CompileStats(seconds=0.0, cache_hit=False)
+
+    gate = GrammarService.__new__(GrammarService)
+    gate._compile = {"json_schema": compile_}
+    gate._compiler = None
+    gate._router = LarkRouter(Path("/nonexistent/tokenizer.json"))
+    return gate
+
+
+def _response_format(schema: dict) -> DecodeConstraint:
+    return DecodeConstraint("json_schema", check_schema(schema).canonical, param="response_format")
+
+
+def test_a_response_format_schema_goes_to_llguidances_own_compiler_first():
+    """JSON Schema's semantics (undeclared members allowed), xgrammar's strict form carried for a
+    scheduler that cannot build llguidance; nothing compiled by xgrammar here."""
+    compiled: list[str] = []
+    constraint = _response_format({"type": "object", "properties": {"a": {"type": "integer"}}})
+    served = asyncio.run(_routing_gate(compiled).ensure_compiles(constraint))
+    lark, fallback = split_fallback(served.value)
+    assert served.kind == "ebnf" and fallback == ("json_schema", constraint.value)
+    assert lark == native_json_schema_to_lark(json.loads(constraint.value)) and compiled == []
+
+
+def test_a_schema_llguidance_refuses_takes_the_strict_routes():
+    compiled: list[str] = []
+    constraint = _response_format({"type": "string", "format": "uri-reference"})  # unknown to llguidance
+    served = asyncio.run(_routing_gate(compiled).ensure_compiles(constraint))
+    assert served == constraint and compiled == [constraint.value]
