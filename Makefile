@@ -28,8 +28,12 @@ assets: setup
 serve: setup
 	@$(STRUCTSERVE) serve
 
+# Model-free folders first, on two workers (pytest-xdist: they are CPU-bound Python, no server);
+# then everything that starts an engine, one test at a time.
+MODEL_FREE := tests/unit tests/grammars
 test: assets gateway pd redis lint
-	@$(VENV_PY) -m pytest $(PYTEST_ARGS)
+	@$(VENV_PY) -m pytest -n 2 $(MODEL_FREE) $(PYTEST_ARGS)
+	@$(VENV_PY) -m pytest $(foreach d,$(MODEL_FREE),--ignore=$(d)) $(PYTEST_ARGS)
 
 # Static checks (also the first step of `make test`): lint, format, strict types on the pure packages,
 # and the docs site built strict (a broken link, anchor or missing page fails; output in site/).

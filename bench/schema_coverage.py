@@ -152,7 +152,8 @@ def table(results: dict[tuple[str, str], Tally], title: str) -> Table:
                 "caught by validation"):  # fmt: skip
         out.add_column(col, justify="right")
     for (subset, library), row in sorted(results.items(), key=lambda kv: (kv[0][0] == ALL, kv[0])):
-        routes = " ".join(f"{_short(k)} {v}" for k, v in sorted(row.routes.items())) if library == "structserve" else ""
+        ours = library.startswith("structserve")
+        routes = " ".join(f"{_short(k)} {v}" for k, v in sorted(row.routes.items())) if ours else ""
         out.add_row(
             subset,
             library,

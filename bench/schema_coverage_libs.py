@@ -21,7 +21,9 @@ from schema_coverage_tally import VALIDATED
 from grammars.compile import LarkRouter, capture_warnings, compile_text, load_compiler, schema_verdict
 from tools.grammar_check import grammar_text, walk_tokens
 
-LIBRARIES = ("structserve", "llguidance", "xgrammar")
+LIBRARIES = ("structserve", "structserve-exact", "llguidance", "xgrammar")
+"""``structserve``: the default ``grammar.json_schema_semantics: strict``; ``structserve-exact``:
+``exact`` (JSON Schema's own meaning, llguidance's compiler first)."""
 SEPARATORS: Any = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 """llguidance alone, with the separators the service's grammars emit."""
 CONST_SEPARATORS = ((",", ":"), (", ", ": "))
@@ -56,19 +58,19 @@ class Libraries:
 
     def build(self, library: str, schema: Any) -> Served:
         """Compile ``schema`` as ``library`` would serve it; raises ``Refused``."""
-        if library == "structserve":
-            return self.service_decision(schema)
+        if library.startswith("structserve"):
+            return self.service_decision(schema, exact=library == "structserve-exact")
         if library == "llguidance":
             return Served("llguidance", self._ll_json(schema), schema)
         return Served("xgrammar", self._xgrammar(json.dumps(schema), strict=False), schema)
 
-    def service_decision(self, schema: Any) -> Served:
+    def service_decision(self, schema: Any, exact: bool = False) -> Served:
         """The service's grammar check (``grammars.compile.schema_verdict``: the policy, then llguidance
         when it takes the canonical schema exactly, else xgrammar), with xgrammar compiled here
         as the grammar check's worker compiles it: a warning (a dropped constraint) or a grammar with no
         first token is a refusal."""
         try:
-            verdict = schema_verdict(schema, router=self.router, resample=True, exact=True)
+            verdict = schema_verdict(schema, router=self.router, resample=True, exact=exact)
         except Exception:  # noqa: BLE001 - llguidance failing to check: xgrammar serves it, as in the grammar check
             verdict = schema_verdict(schema)
         if not verdict.served or verdict.checked is None:

@@ -17,16 +17,17 @@ cannot build or compile it in the scheduler, xgrammar serves it there. If llguid
 while checking the grammar, the constraint takes the xgrammar path below. Both are counted in
 ``structserve_grammar_fallbacks_total``.
 
-A ``response_format`` schema (after the policy) goes first, whole, to llguidance's own JSON Schema
-compiler: JSON Schema's semantics (undeclared properties are allowed unless the schema closes the
-object, a ``pattern`` matches anywhere; declared properties still come in their declared order),
-where the routes above write out xgrammar's strict mode, which refuses more valid instances. It
-carries the schema's xgrammar form as above (strict mode: narrower, never looser), except a
-schema with keywords xgrammar cannot enforce: xgrammar would loosen it, so if llguidance fails in
-the scheduler that request fails. If llguidance refuses the schema, one with keywords xgrammar
-cannot enforce (``DecodeConstraint.unenforced``) is served through its ``fallback`` (the grammar
-without those keywords, outputs validated and resampled: ``grammar.unenforceable``) or refused
-with the 400; any other takes the routes above.
+A ``response_format`` schema with keywords xgrammar cannot enforce (``DecodeConstraint.unenforced``),
+and with ``grammar.json_schema_semantics: exact`` every ``response_format`` schema, goes first,
+whole, to llguidance's own JSON Schema compiler: JSON Schema's semantics (undeclared properties
+are allowed unless the schema closes the object, a ``pattern`` matches anywhere; declared
+properties still come in their declared order), where the routes above write out xgrammar's
+strict mode, which refuses more valid instances. It carries the schema's xgrammar form as above
+(strict mode: narrower, never looser), except a schema with keywords xgrammar cannot enforce:
+xgrammar would loosen it, so if llguidance fails in the scheduler that request fails. If
+llguidance refuses the schema, one with keywords xgrammar cannot enforce is served through its
+``fallback`` (the grammar without those keywords, outputs validated and resampled:
+``grammar.unenforceable``) or refused with the 400; any other takes the routes above.
 """
 
 from __future__ import annotations
@@ -56,12 +57,14 @@ class GrammarService:
         timeout_s: float,
         cache_size: int,
         backend: str = "xgrammar",
+        exact: bool = False,
     ):
         from grammars.compile import GrammarCompiler, LarkRouter
 
         self._compiler = GrammarCompiler(tokenizer_dir, vocab, timeout_s=timeout_s, cache_size=cache_size)
         llguidance = backend == "llguidance"
         self._router = LarkRouter(tokenizer_dir / "tokenizer.json", cache_size) if llguidance else None
+        self._exact = exact  # grammar.json_schema_semantics: exact
         self._compile = {
             "json_schema": self._compiler.compile_json_schema,
             "structural_tag": self._compiler.compile_structural_tag,
@@ -80,7 +83,8 @@ class GrammarService:
 
     async def _served(self, constraint: DecodeConstraint) -> DecodeConstraint:
         why = ""  # grammar.backend: xgrammar: llguidance is not asked
-        if constraint.kind == "json_schema" and self._router is not None:
+        exact = self._exact or constraint.unenforced
+        if constraint.kind == "json_schema" and self._router is not None and exact:
             lark, why = await self._native(constraint.value)
             if lark is not None:  # JSON Schema's own semantics (module doc)
                 GRAMMAR_CACHE.labels(kind="llguidance_json", result="routed").inc()

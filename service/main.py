@@ -45,7 +45,12 @@ async def _load(state: ServiceState, model_dir: Path, on_failure: Any, on_death:
         engine.death.listeners.append(lambda reason: _engine_died(state, reason, on_death))
         g = state.settings.grammar
         state.grammar = GrammarService(
-            model_dir, info.vocab, timeout_s=g.compile_timeout_s, cache_size=g.cache_size, backend=g.backend
+            model_dir,
+            info.vocab,
+            timeout_s=g.compile_timeout_s,
+            cache_size=g.cache_size,
+            backend=g.backend,
+            exact=g.json_schema_semantics == "exact",
         )
         state.context_length = engine.context_length
         report = await engine.plugin_report()

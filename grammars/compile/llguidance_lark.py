@@ -70,6 +70,11 @@ ROUTED_KEYWORDS = frozenset(
 )  # fmt: skip
 
 
+NON_MONOTONE = frozenset({"not", "if", "then", "else", "oneOf"})
+"""Keywords under which narrowing a subschema (strict mode written out) can admit more
+instances: ``not`` and ``if`` negate, ``oneOf`` counts matches."""
+
+
 class NotExpressible(ValueError):
     """The grammar holds an element or keyword this translation does not cover."""
 
@@ -97,7 +102,7 @@ def full_match(pattern: str) -> str:
     return f"^(?:{core})$"
 
 
-def strict_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
+def strict_schema(schema: Mapping[str, Any], *, routed_only: bool = True) -> dict[str, Any]:
     """``schema`` with xgrammar's ``strict_mode`` (how SGLang compiles) written out, for
     llguidance, which follows JSON Schema's defaults: an object schema with ``properties``
     and no ``additionalProperties`` allows no other key; an array schema with ``prefixItems``
@@ -105,13 +110,15 @@ def strict_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
     A schema without ``type`` that uses object (array) keywords admits only objects
     (arrays), and a ``pattern`` must match the whole string, as xgrammar compiles them
     (llguidance follows JSON Schema: a pattern matches anywhere in the string).
-    Raises :class:`NotExpressible` for a keyword outside ``ROUTED_KEYWORDS``."""
+    Raises :class:`NotExpressible` for a keyword outside ``ROUTED_KEYWORDS``; with
+    ``routed_only`` False (llguidance's own compiler enforces every other keyword it takes) only
+    for a keyword under which a narrower subschema can widen the whole (``NON_MONOTONE``)."""
     out = copy.deepcopy(dict(schema))
     for node in iter_subschemas(out):
         value = node.value
         if not isinstance(value, dict):
             continue
-        unknown = sorted(set(value) - ROUTED_KEYWORDS)
+        unknown = sorted(set(value) - ROUTED_KEYWORDS if routed_only else set(value) & NON_MONOTONE)
         if unknown:
             raise NotExpressible(f"keyword {unknown[0]!r} at {node.pointer or '/'} is not routed to llguidance")
         kinds = [kind for kind, words in _TYPED_BY.items() if words & set(value)]
@@ -228,8 +235,9 @@ class _Translator:
         return f"({free} | {head} {self._tag(rest)})"
 
 
-def _json_body(schema: Mapping[str, Any], options: Mapping[str, Any]) -> str:
-    return json.dumps({"x-guidance": options, **strict_schema(schema)}, ensure_ascii=False, separators=(",", ":"))
+def _json_body(schema: Mapping[str, Any], options: Mapping[str, Any], routed_only: bool = True) -> str:
+    body = {"x-guidance": options, **strict_schema(schema, routed_only=routed_only)}
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":"))
 
 
 SGLANG_JSON = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
@@ -241,6 +249,14 @@ def json_schema_to_lark(schema: Mapping[str, Any]) -> str:
     """A ``response_format`` schema (the policy's checked schema) as llguidance Lark: the same
     JSON text as SGLang's xgrammar ``json_schema`` (``SGLANG_JSON``, ``strict_schema``)."""
     return LARK_HEADER + f"start: json0\njson0: %json {_json_body(schema, SGLANG_JSON)}\n"
+
+
+def closed_json_schema_to_lark(schema: Mapping[str, Any]) -> str:
+    """A ``response_format`` schema with keywords outside ``ROUTED_KEYWORDS`` (the policy passed
+    it: xgrammar enforces them exactly or narrower) for llguidance's own compiler, with strict
+    mode written out as in ``json_schema_to_lark``: narrower than JSON Schema, never looser, as
+    xgrammar would serve it. Raises :class:`NotExpressible` (``strict_schema``)."""
+    return LARK_HEADER + f"start: json0\njson0: %json {_json_body(schema, SGLANG_JSON, routed_only=False)}\n"
 
 
 def native_json_schema_to_lark(schema: Mapping[str, Any]) -> str:

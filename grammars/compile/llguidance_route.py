@@ -2,8 +2,9 @@
 
 ``LarkRouter.route(kind, text)`` returns the llguidance Lark grammar to send instead of a
 tool-call structural tag or a ``response_format`` JSON schema, or None to keep xgrammar:
-- None when ``grammars.compile.llguidance_lark`` cannot translate it (an EBNF element, a keyword
-  outside ``ROUTED_KEYWORDS``);
+- None when ``grammars.compile.llguidance_lark`` cannot translate it (an EBNF element; a JSON
+  schema keyword outside ``ROUTED_KEYWORDS`` goes to llguidance's own JSON Schema compiler with
+  strict mode written out, unless it sits under ``not``/``if``/``oneOf``);
 - None when llguidance itself refuses it or warns (``LLMatcher.validate_grammar_with_warnings``
   without a tokenizer: the grammar is parsed and its JSON schemas translated, no token mask
   is built). xgrammar, behind the service's own policy, then serves it as before, so what
@@ -20,10 +21,12 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 from grammars.bounded_cache import CACHE_BYTES, BoundedCache, text_bytes
 from grammars.compile.llguidance_lark import (
     NotExpressible,
+    closed_json_schema_to_lark,
     json_schema_to_lark,
     native_json_schema_to_lark,
     structural_tag_to_lark,
@@ -76,7 +79,7 @@ class LarkRouter:
     def _checked(self, kind: str, text: str) -> str | None:
         try:
             if kind == "json_schema":
-                lark = json_schema_to_lark(json.loads(text))
+                lark = self._strict_json(json.loads(text))
             else:
                 lark = structural_tag_to_lark(text, self.tokens)
         except NotExpressible as exc:
@@ -86,6 +89,15 @@ class LarkRouter:
             log.info("%s stays with xgrammar (llguidance: %s)", kind, "; ".join(objections)[:300])
             return None
         return lark
+
+    @staticmethod
+    def _strict_json(schema: dict[str, Any]) -> str:
+        """Strict mode written out: the translation for ``ROUTED_KEYWORDS``, else llguidance's
+        own compiler over the same strict schema (``closed_json_schema_to_lark``)."""
+        try:
+            return json_schema_to_lark(schema)
+        except NotExpressible:
+            return closed_json_schema_to_lark(schema)
 
 
 def _objections(lark: str) -> list[str] | None:

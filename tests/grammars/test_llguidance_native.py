@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from grammars.compile import LarkRouter, load_compiler
+from grammars.compile.llguidance_lark import NotExpressible, json_schema_to_lark
 from grammars.errors import GrammarError
 from grammars.json_schema import check_schema
 from tests.grammars.test_llguidance_json import SPACED, Guidance, suite_served
@@ -66,3 +67,33 @@ def test_the_native_route_accepts_no_invalid_instance_of_the_suite(guidance, def
     # the one narrowing: ``format`` is enforced (the suite's "only an annotation" cases)
     assert all(where.startswith("format.json: ") for where in refused_valid), refused_valid
     print(f"\nnative route: {served} suite schemas, {valid} valid instances, {len(refused_valid)} refused")
+
+
+def _closed(schema: Any, router: LarkRouter) -> tuple[dict[str, Any], str] | None:
+    """(the schema as sent, its Lark grammar) when ``grammar.json_schema_semantics: strict`` sends
+    a policy-passed schema the translation does not cover to llguidance's own compiler."""
+    try:
+        checked = check_schema(schema)
+        json_schema_to_lark(json.loads(checked.canonical))
+        return None  # translated: tests/grammars/test_llguidance_json.py
+    except GrammarError:
+        return None
+    except NotExpressible:
+        lark = router.route("json_schema", checked.canonical)
+    return None if lark is None else (json.loads(checked.canonical), lark)
+
+
+def test_strict_mode_through_llguidances_compiler_accepts_no_invalid_instance_of_the_suite(guidance):
+    """Strict mode written out is narrower than the schema (valid instances may be refused), never
+    looser: no invalid instance accepted."""
+    router = LarkRouter(NO_TOKENIZER)
+    served, unsound = 0, []
+    for named, case, schema, lark in suite_served(lambda s: _closed(s, router)):
+        served += 1
+        for test in case["tests"]:
+            text = grammar_text(test["data"], schema, const_separators=SPACED)
+            if not test["valid"] and guidance.accepts(lark, text):
+                unsound.append(f"{named}: {test['description']}")
+    assert not unsound, unsound
+    assert served >= 5, served
+    print(f"\nstrict mode through llguidance's compiler: {served} suite schemas")

@@ -90,13 +90,13 @@ value at all: the policy refuses them, ``unsatisfiable_schema``.)"""
 
 EXPECTED_TOTALS = {
     "schemas": 368,
-    "accepted": 113,
+    "accepted": 114,  # 113 before $ref targets were hoisted under $defs (rewrites/hoist.py)
     "rejected:remote_ref": 51,
     "rejected:invalid_schema": 2,
-    "rejected:unsupported_schema_keyword": 200,
+    "rejected:unsupported_schema_keyword": 199,
     "rejected:unsatisfiable_schema": 2,
     "compile_errors": 3,
-    "instances_matched": 336,
+    "instances_matched": 338,
     "narrowing": 22,
 }
 UNSATISFIABLE = (

@@ -45,6 +45,7 @@ from grammars.json_schema.rewrites.dependent import (
 )
 from grammars.json_schema.rewrites.disjoint import one_of_disjoint
 from grammars.json_schema.rewrites.folding import fold_values, lengths_in_pattern
+from grammars.json_schema.rewrites.hoist import hoist_ref_targets
 from grammars.json_schema.rewrites.required import declare_required
 
 __all__ = ["MAX_DEPENDENT", "rewrite_exact"]
@@ -62,18 +63,20 @@ _TYPES = ("null", "boolean", "object", "array", "number", "string", "integer")
 
 def rewrite_exact(schema: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
     """(the rewritten copy, ``keyword at /pointer`` per rewrite); ``schema`` itself when
-    nothing applies. Never mutates ``schema``."""
+    nothing applies. Never mutates ``schema``. ``$ref`` targets inside other subschemas are
+    first copied under ``$defs`` (``hoist.py``), so no rewrite is held back by them."""
+    schema, hoisted = hoist_ref_targets(schema)
     targets = _ref_targets(schema)
     nodes = [n for n in iter_subschemas(schema) if isinstance(n.value, dict) and _candidate(n.value)]
     nodes = [n for n in nodes if not any(_any_under(f"{n.pointer}/{k}", targets) for k in _MOVED)]
     if not nodes:
-        return schema, ()
-    out, done = copy.deepcopy(schema), []
+        return schema, hoisted
+    out, done = copy.deepcopy(schema), list(hoisted)
     client = _client_one_ofs(schema)
     for node in sorted(nodes, key=lambda n: n.depth, reverse=True):  # children first
         done += _rewrite_node(resolve_pointer(out, node.pointer), node.pointer, node.value, schema, (targets, client))
     done += _inlined_one_ofs(out, schema, (targets, client))
-    return (out, tuple(done)) if done else (schema, ())
+    return (out, tuple(done)) if len(done) > len(hoisted) else (schema, hoisted)
 
 
 def _rewrite_node(

@@ -36,6 +36,21 @@ def test_what_llguidance_cannot_take_exactly_stays_with_xgrammar(router):
     assert router.route("regex", "[a-z]+") is None  # patterns stay with xgrammar
 
 
+def test_keywords_outside_the_translation_go_to_llguidances_compiler_in_strict_mode(router):
+    """``patternProperties`` is not translated: llguidance's own compiler takes the schema with
+    strict mode written out (the undeclared, unmatched member is refused); under ``oneOf`` (where
+    a narrower branch can widen the whole) it stays with xgrammar."""
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}},
+        "patternProperties": {"^x_": {"type": "string"}},
+    }
+    lark = router.route("json_schema", json.dumps(schema))
+    assert lark is not None and '"additionalProperties":false' in lark and '"patternProperties"' in lark
+    one_of = {"oneOf": [schema, {"type": "object", "properties": {"b": {"type": "string"}}, "required": ["b"]}]}
+    assert router.route("json_schema", json.dumps(one_of)) is None
+
+
 def test_routes_are_cached(router):
     text = json.dumps({"type": "object", "properties": {"a": {"type": "string", "maxLength": 300}}})
     first = router.route("json_schema", text)

@@ -177,10 +177,6 @@ REPORTED: dict[str, tuple[dict[str, Any], list[tuple[str, str]]]] = {
     ),
     "anchor ref": ({"$defs": {"a": {"$anchor": "foo", "type": "integer"}}, "$ref": "#foo"}, [("$ref", "")]),
     "escaped pointer ref": ({"$defs": {"a/b": I}, "$ref": "#/$defs/a~1b"}, [("$ref", "")]),
-    "ref through an array": (
-        {"prefixItems": [I], "properties": {"x": {"$ref": "#/prefixItems/0"}}},
-        [("$ref", "/properties/x")],
-    ),
     "nested $id": (
         {"type": "object", "properties": {"a": {"$id": "urn:a", "type": "integer"}}},
         [("$id", "/properties/a")],

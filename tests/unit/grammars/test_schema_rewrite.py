@@ -71,13 +71,20 @@ def test_what_cannot_be_restated_exactly_is_left_and_refused(schema) -> None:
         check_schema(schema)
 
 
-def test_a_ref_into_a_rewritten_part_keeps_it_as_it_is() -> None:
+def test_a_ref_into_a_rewritten_part_points_at_its_copy() -> None:
+    """The target is copied under ``$defs`` first (``hoist.py``), so the part merges."""
     schema = {
         "type": "object",
         "properties": {"x": {"$ref": "#/allOf/0/properties/a"}},
         "allOf": [{"properties": {"a": {"type": "string"}}}],
     }
-    assert rewrite_exact(schema) == (schema, ())
+    rewritten, done = rewrite_exact(schema)
+    assert rewritten == {
+        "$defs": {"ref:allOf.0.properties.a": {"type": "string"}},
+        "type": "object",
+        "properties": {"x": {"$ref": "#/$defs/ref:allOf.0.properties.a"}, "a": {"type": "string"}},
+    }
+    assert done == ("$ref at /properties/x", "allOf at /")
 
 
 def test_empty_parts_merge_into_any_value_not_into_an_object() -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from grammars.compile import CompileStats, LarkRouter
-from grammars.compile.llguidance_lark import native_json_schema_to_lark
+from grammars.compile.llguidance_lark import json_schema_to_lark, native_json_schema_to_lark
 from grammars.errors import CompilerBusyError, SchemaTooComplexError
 from grammars.json_schema import check_schema
 from runtime_ext.grammar_route import split_fallback
@@ -32,6 +32,7 @@ def _gate(error: Exception) -> GrammarService:
     gate._compile = {"json_schema": compile_}
     gate._compiler = None
     gate._router = None
+    gate._exact = False
     return gate
 
 
@@ -54,9 +55,9 @@ def test_a_schema_over_its_budget_stays_a_400():
     assert resp.status_code == 400 and json.loads(resp.body)["error"]["param"] == CONSTRAINT.param
 
 
-def _routing_gate(compiled: list[str]) -> GrammarService:
+def _routing_gate(compiled: list[str], exact: bool = True) -> GrammarService:
     """A GrammarService with the real llguidance router (no tokenizer) and an xgrammar stand-in
-    that records what reaches it."""
+    that records what reaches it (``exact``: ``grammar.json_schema_semantics: exact``)."""
 
     def compile_(text: str) -> CompileStats:
         compiled.append(text)
@@ -66,6 +67,7 @@ def _routing_gate(compiled: list[str]) -> GrammarService:
     gate._compile = {"json_schema": compile_}
     gate._compiler = None
     gate._router = LarkRouter(Path("/nonexistent/tokenizer.json"))
+    gate._exact = exact
     return gate
 
 
@@ -73,15 +75,22 @@ def _response_format(schema: dict) -> DecodeConstraint:
     return DecodeConstraint("json_schema", check_schema(schema).canonical, param="response_format")
 
 
-def test_a_response_format_schema_goes_to_llguidances_own_compiler_first():
-    """JSON Schema's semantics (undeclared members allowed), xgrammar's strict form carried for a
-    scheduler that cannot build llguidance; nothing compiled by xgrammar here."""
+OPEN = {"type": "object", "properties": {"a": {"type": "integer"}}}
+
+
+@pytest.mark.parametrize("exact", [True, False], ids=["exact", "strict"])
+def test_exact_semantics_go_to_llguidances_own_compiler_first(exact):
+    """``exact``: JSON Schema's semantics (undeclared members allowed); ``strict`` (the default):
+    strict mode written out (no undeclared member). Either carries xgrammar's strict form for a
+    scheduler that cannot build llguidance; nothing is compiled by xgrammar here."""
     compiled: list[str] = []
-    constraint = _response_format({"type": "object", "properties": {"a": {"type": "integer"}}})
-    served = asyncio.run(_routing_gate(compiled).ensure_compiles(constraint))
+    constraint = _response_format(OPEN)
+    served = asyncio.run(_routing_gate(compiled, exact).ensure_compiles(constraint))
     lark, fallback = split_fallback(served.value)
-    assert served.kind == "ebnf" and fallback == ("json_schema", constraint.value)
-    assert lark == native_json_schema_to_lark(json.loads(constraint.value)) and compiled == []
+    assert served.kind == "ebnf" and fallback == ("json_schema", constraint.value) and compiled == []
+    build = native_json_schema_to_lark if exact else json_schema_to_lark
+    assert lark == build(json.loads(constraint.value))
+    assert ('"additionalProperties":false' in lark) is not exact
 
 
 def test_a_schema_llguidance_refuses_takes_the_strict_routes():

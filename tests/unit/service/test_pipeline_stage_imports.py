@@ -18,7 +18,7 @@ PRIVATE_HELPERS = {
     "choice": {"schema_validation"},
 }
 STAGES = ("validate", "constraints", "prompt", "plan", "generate", "choice", "resample", "openai_objects")
-HELPERS = tuple(h for helpers in PRIVATE_HELPERS.values() for h in helpers)
+HELPERS = tuple(h for helpers in PRIVATE_HELPERS.values() for h in sorted(helpers))  # one order in every process
 
 
 def pipeline_imports(source: str) -> set[str]:
