@@ -21,9 +21,9 @@ from schema_coverage_tally import VALIDATED
 from grammars.compile import LarkRouter, capture_warnings, compile_text, load_compiler, schema_verdict
 from tools.grammar_check import grammar_text, walk_tokens
 
-LIBRARIES = ("structserve", "structserve-exact", "llguidance", "xgrammar")
-"""``structserve``: the default ``grammar.json_schema_semantics: strict``; ``structserve-exact``:
-``exact`` (JSON Schema's own meaning, llguidance's compiler first)."""
+LIBRARIES = ("structserve", "structserve-strict", "llguidance", "xgrammar")
+"""``structserve``: the default ``grammar.json_schema_semantics: exact`` (JSON Schema's own meaning,
+llguidance's compiler first); ``structserve-strict``: ``strict`` (xgrammar's strict mode)."""
 SEPARATORS: Any = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 """llguidance alone, with the separators the service's grammars emit."""
 CONST_SEPARATORS = ((",", ":"), (", ", ": "))
@@ -59,7 +59,7 @@ class Libraries:
     def build(self, library: str, schema: Any) -> Served:
         """Compile ``schema`` as ``library`` would serve it; raises ``Refused``."""
         if library.startswith("structserve"):
-            return self.service_decision(schema, exact=library == "structserve-exact")
+            return self.service_decision(schema, exact=library != "structserve-strict")
         if library == "llguidance":
             return Served("llguidance", self._ll_json(schema), schema)
         return Served("xgrammar", self._xgrammar(json.dumps(schema), strict=False), schema)

@@ -1,6 +1,6 @@
 """What ``grammar.json_schema_semantics`` does to a model's answers: the JSON-schema corpus of the
 API tests (``tests/data/json_schemas.json``, schemas as applications write them) on SmolLM2, one
-server per mode (``strict``, the default, and ``exact``), the same prompts, greedy, one request at
+server per mode (``exact``, the default, and ``strict``), the same prompts, greedy, one request at
 a time (so batching cannot change the outputs). Per mode: outputs finished within ``max_tokens``,
 finished outputs valid against the schema, outputs holding a member the schema does not declare,
 completion tokens.
@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from servers import launch, stop  # noqa: E402
 
 CORPUS = json.loads((ROOT / "tests" / "data" / "json_schemas.json").read_text())
-MODES = {"strict": "structserve", "exact": "structserve exact"}
+MODES = {"exact": "structserve", "strict": "structserve strict"}
 
 
 def undeclared(value: Any, schema: Any) -> int:

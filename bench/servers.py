@@ -102,7 +102,7 @@ SERVERS = {  # name -> (command builder, extra env, readiness path)
     "SGLang+plugin": ("sglang", {}, "/health_generate"),
     "structserve": ("ours", {}, "/ready"),
     "structserve C8-D": ("ours", {"STRUCTSERVE_KV_CACHE": "c8_dynamic"}, "/ready"),
-    "structserve exact": ("ours", {"STRUCTSERVE_GRAMMAR__JSON_SCHEMA_SEMANTICS": "exact"}, "/ready"),
+    "structserve strict": ("ours", {"STRUCTSERVE_GRAMMAR__JSON_SCHEMA_SEMANTICS": "strict"}, "/ready"),
 }
 ANCHOR = "SGLang"
 

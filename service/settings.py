@@ -103,11 +103,11 @@ class GrammarSettings(BaseModel):
     # request under the tightest grammar that omits them, validates each output and generates it
     # again (resample_attempts), else a 422, never an invalid output; "refuse": a 400
     unenforceable: Literal["resample", "refuse"] = "resample"
-    # what a response_format schema means (grammars/KEYWORDS.md): "strict" as SGLang's xgrammar
-    # strict mode (an object without additionalProperties admits no undeclared member, a pattern
-    # matches the whole string: narrower than JSON Schema, and small models finish more often);
-    # "exact": JSON Schema's own meaning, llguidance's JSON Schema compiler asked first
-    json_schema_semantics: Literal["strict", "exact"] = "strict"
+    # what a response_format schema means (grammars/KEYWORDS.md): "exact", JSON Schema's own
+    # meaning (llguidance's JSON Schema compiler first: undeclared members allowed unless the schema
+    # closes the object, a pattern matches anywhere); "strict": SGLang's xgrammar strict mode (no
+    # undeclared member, a pattern matches the whole string: narrower than JSON Schema)
+    json_schema_semantics: Literal["strict", "exact"] = "exact"
     # tokens an llguidance grammar forces are appended and computed in one extend step instead of
     # one decode step each (docs/structured-output.md); needs engine.disable_overlap_schedule
     fast_forward: bool = False
