@@ -34,7 +34,7 @@ def test_corpus_outputs_that_finish_validate_smollm2(smol_server):
         resp = _post(
             smol_server,
             response_format=_fmt(entry["schema"], entry["name"]),
-            max_tokens=192,
+            max_tokens=256,  # 192 left 3-4 of 19 finished, by how the parallel requests batched
             temperature=0,
             messages=[{"role": "user", "content": f"Give one example {entry['name'].replace('_', ' ')} as JSON."}],
         )
@@ -56,7 +56,7 @@ def test_corpus_outputs_that_finish_validate_smollm2(smol_server):
     assert len(HALF) >= 15
     # a 135M model loops on some long schemas; what finishes must validate, and enough
     # finish for that to mean something (measured: 14/37 of the whole corpus within 256 tokens, greedy)
-    assert finished >= len(HALF) // 4, f"only {finished}/{len(HALF)} finished within 192 tokens"
+    assert finished >= len(HALF) // 4, f"only {finished}/{len(HALF)} finished within 256 tokens"
 
 
 BOUNDED = [
