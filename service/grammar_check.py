@@ -38,7 +38,7 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from grammars.compile import CompileStats, VocabFacts
+from grammars.compile import CompileStats, LarkRouter, VocabFacts
 from grammars.errors import CompilerBusyError, GrammarError, UnsupportedKeywordError
 from runtime_ext.grammar_route import with_fallback
 from service.errors import CompilerBusyServiceError
@@ -59,7 +59,7 @@ class GrammarService:
         backend: str = "xgrammar",
         exact: bool = False,
     ):
-        from grammars.compile import GrammarCompiler, LarkRouter
+        from grammars.compile import GrammarCompiler
 
         self._compiler = GrammarCompiler(tokenizer_dir, vocab, timeout_s=timeout_s, cache_size=cache_size)
         llguidance = backend == "llguidance"
@@ -83,9 +83,9 @@ class GrammarService:
 
     async def _served(self, constraint: DecodeConstraint) -> DecodeConstraint:
         why = ""  # grammar.backend: xgrammar: llguidance is not asked
-        exact = self._exact or constraint.unenforced
+        exact = self._exact or bool(constraint.unenforced)
         if constraint.kind == "json_schema" and self._router is not None and exact:
-            lark, why = await self._native(constraint.value)
+            lark, why = await _native(self._router, constraint.value)
             if lark is not None:  # JSON Schema's own semantics (module doc)
                 GRAMMAR_CACHE.labels(kind="llguidance_json", result="routed").inc()
                 value = lark if constraint.unenforced else with_fallback(lark, constraint.kind, constraint.value)
@@ -104,15 +104,6 @@ class GrammarService:
         if not stats.cache_hit:
             GRAMMAR_COMPILE_SECONDS.labels(kind=constraint.kind).observe(stats.seconds)
         return constraint
-
-    async def _native(self, schema: str) -> tuple[str | None, str]:
-        """llguidance's own JSON Schema compiler on ``schema``: (its grammar, "") or (None, why
-        it refused)."""
-        assert self._router is not None
-        try:
-            return await asyncio.to_thread(self._router.route_native, schema)
-        except Exception as exc:  # noqa: BLE001 - llguidance itself failed: the other routes decide
-            return None, f"{type(exc).__name__}: {str(exc)[:200]}"
 
     async def _unenforced(self, constraint: DecodeConstraint, why: str) -> DecodeConstraint:
         """A schema only llguidance's own compiler may enforce, and it refused (``why``): the
@@ -171,3 +162,12 @@ def count_ignored(ignored: tuple[str, ...]) -> None:
         else:
             name = "other"
         SCHEMA_IGNORED_KEYWORDS.labels(keyword=name).inc()
+
+
+async def _native(router: LarkRouter, schema: str) -> tuple[str | None, str]:
+    """llguidance's own JSON Schema compiler on ``schema``: (its grammar, "") or (None, why it
+    refused)."""
+    try:
+        return await asyncio.to_thread(router.route_native, schema)
+    except Exception as exc:  # noqa: BLE001 - llguidance itself failed: the other routes decide
+        return None, f"{type(exc).__name__}: {str(exc)[:200]}"
