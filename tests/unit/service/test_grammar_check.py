@@ -80,7 +80,7 @@ OPEN = {"type": "object", "properties": {"a": {"type": "integer"}}}
 
 @pytest.mark.parametrize("exact", [True, False], ids=["exact", "strict"])
 def test_exact_semantics_go_to_llguidances_own_compiler_first(exact):
-    """``exact``: JSON Schema's semantics (undeclared members allowed); ``strict`` (the default):
+    """``exact`` (the default): JSON Schema's semantics (undeclared members allowed); ``strict``:
     strict mode written out (no undeclared member). Either carries xgrammar's strict form for a
     scheduler that cannot build llguidance; nothing is compiled by xgrammar here."""
     compiled: list[str] = []
