@@ -131,14 +131,26 @@ class Libraries:
     def accepts(self, served: Served, instance: Any) -> bool:
         """Whether the served grammar's matcher takes ``instance`` written as that grammar emits
         JSON (either ``const`` writing), token by token, then a stop token."""
+        return self.accepted_text(served, instance) is not None
+
+    def accepted_text(self, served: Served, instance: Any) -> str | None:
+        """The writing of ``instance`` the served grammar's matcher takes, or None."""
         for seps in CONST_SEPARATORS:
             text = grammar_text(instance, served.schema, const_separators=seps)
             if served.route.startswith("xgrammar"):
                 if walk_tokens(served.grammar, self.tokenizer, text).accepted:
-                    return True
+                    return text
             elif self._ll_accepts(served.grammar, text):
-                return True
-        return False
+                return text
+        return None
+
+    def accepts_invalid(self, served: Served, schema: Any, instance: Any) -> bool:
+        """Whether the grammar takes a writing of the invalid ``instance`` that is itself invalid.
+        The writing can be another instance: an integral float under ``integer`` is written as the
+        grammar writes it (``12345.0`` as ``12345``), which a draft-04 schema (MaskBench labels by the
+        declared draft) counts as an integer: that text is valid, so no invalid output was taken."""
+        text = self.accepted_text(served, instance)
+        return text is not None and not _valid(schema, json.loads(text))
 
     def _ll_accepts(self, grammar: str, text: str) -> bool:
         from llguidance import LLMatcher
@@ -163,6 +175,13 @@ def _refusal(reason: str, code: str | None) -> str:
     if not names:
         return f"{code}: {reason}"
     return "unsupported keywords: " + ", ".join(dict.fromkeys(name for name, _ in names))
+
+
+def _valid(schema: Any, instance: Any) -> bool:
+    """``instance`` against ``schema`` by the validator of the draft it declares (as MaskBench labels)."""
+    from jsonschema.validators import validator_for
+
+    return validator_for(schema)(schema).is_valid(instance)
 
 
 def _first_token(compiled: Any) -> bool:
@@ -190,7 +209,7 @@ def worker_main(conn: Any, model: str) -> None:
             continue
         conn.send(("compiled", served.route, "", (time.process_time() - began) * 1e3))
         refused = [v for v in valid if not libs.accepts(served, v)]
-        accepted = [v for v in invalid if libs.accepts(served, v)]
+        accepted = [v for v in invalid if libs.accepts_invalid(served, schema, v)]
         examples = [f"accepted invalid {json.dumps(v)[:120]}" for v in accepted[:2]]
         examples += [f"refused valid {json.dumps(v)[:120]}" for v in refused[:2]]
         conn.send(("walked", len(refused), len(accepted), examples))
