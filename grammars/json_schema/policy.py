@@ -51,6 +51,7 @@ from grammars.json_schema.patterns import check_patterns
 from grammars.json_schema.productive import check_productive
 from grammars.json_schema.refs import check_ref
 from grammars.json_schema.rewrites import rewrite_exact
+from grammars.json_schema.rewrites.ids import drop_self_ids
 from grammars.json_schema.rules import node_problems
 
 __all__ = [
@@ -139,9 +140,11 @@ def check_schema(
         hint = "use {} for any JSON value" if schema is True else "send a JSON object"
         raise InvalidSchemaError(f"the schema must be a JSON object, got {type(schema).__name__}: {hint}", pointer="")
     _check_limits(schema, limits)
+    schema, own_ids = drop_self_ids(schema)
     _check_metaschema(schema)
     schema, ignored = strip_unknown(schema)
     schema, rewritten = rewrite_exact(schema)
+    rewritten = own_ids + rewritten
     problems = _problems(schema)
     deferred = problems and not allow_loosening
     if deferred and (not defer_unsupported or any(p.keyword in NOT_FOR_LLGUIDANCE for p in problems)):
