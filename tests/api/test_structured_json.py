@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import json
 import re
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import httpx
 import openai
 import pytest
 from jsonschema import Draft202012Validator
 
-CORPUS = json.loads((Path(__file__).parent.parent / "data" / "json_schemas.json").read_text())
-HALF = CORPUS[0::2]
 USER = [{"role": "user", "content": "Fill in the record with plausible example data."}]
 
 
@@ -24,39 +20,6 @@ def _post(server, **body):
 
 def _fmt(schema, name="out"):
     return {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}}
-
-
-def test_corpus_outputs_that_finish_validate_smollm2(smol_server):
-    """Every finished output validates; truncated ones are reported as such. The corpus'
-    even-indexed half (suite time; every schema of it is compiled in tests/grammars)."""
-
-    def one(entry):
-        resp = _post(
-            smol_server,
-            response_format=_fmt(entry["schema"], entry["name"]),
-            max_tokens=256,  # 192 left 3-4 of 19 finished, by how the parallel requests batched
-            temperature=0,
-            messages=[{"role": "user", "content": f"Give one example {entry['name'].replace('_', ' ')} as JSON."}],
-        )
-        assert resp.status_code == 200, resp.text
-        return entry, resp.json()["choices"][0]
-
-    with ThreadPoolExecutor(8) as pool:
-        results = list(pool.map(one, HALF))
-    finished = 0
-    for entry, choice in results:
-        text, check = choice["message"]["content"], choice["schema_validation"]
-        if choice["finish_reason"] == "stop":
-            finished += 1
-            Draft202012Validator(entry["schema"]).validate(json.loads(text))
-            assert check == {"valid": True, "error": None}
-        else:
-            assert choice["finish_reason"] == "length" and check["valid"] is False
-            assert "truncated" in check["error"]
-    assert len(HALF) >= 15
-    # a 135M model loops on some long schemas; what finishes must validate, and enough
-    # finish for that to mean something (measured: 14/37 of the whole corpus within 256 tokens, greedy)
-    assert finished >= len(HALF) // 4, f"only {finished}/{len(HALF)} finished within 256 tokens"
 
 
 BOUNDED = [
