@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = [
     "SCHEMA_LIST_KEYWORDS",
@@ -59,10 +58,10 @@ _COUNTS = frozenset(
 )
 
 
-@dataclass(frozen=True)
-class Node:
+class Node(NamedTuple):
     """One subschema: its value (dict or bool), RFC 6901 pointer, nesting depth (root 1),
-    and whether it constrains property names (inside ``propertyNames``)."""
+    and whether it constrains property names (inside ``propertyNames``). A tuple: the walk
+    makes one per subschema, many times per schema."""
 
     value: Any
     pointer: str

@@ -139,8 +139,8 @@ def check_schema(
     if not isinstance(schema, dict):
         hint = "use {} for any JSON value" if schema is True else "send a JSON object"
         raise InvalidSchemaError(f"the schema must be a JSON object, got {type(schema).__name__}: {hint}", pointer="")
-    _check_limits(schema, limits)
-    schema, own_ids = drop_self_ids(schema)
+    text = _check_limits(schema, limits)
+    schema, own_ids = drop_self_ids(schema) if '"$id": "#/' in text else (schema, ())
     _check_metaschema(schema)
     schema, ignored = strip_unknown(schema)
     schema, rewritten = rewrite_exact(schema)
@@ -157,8 +157,9 @@ def check_schema(
     return replace(checked, ignored=ignored, rewritten=rewritten) if ignored or rewritten else checked
 
 
-def _check_limits(schema: dict[str, Any], limits: SchemaLimits) -> None:
-    """Raw nesting, then subschema depth / count / enum sizes, then bytes."""
+def _check_limits(schema: dict[str, Any], limits: SchemaLimits) -> str:
+    """Raw nesting, then subschema depth / count / enum sizes, then bytes; returns the schema as
+    JSON text (``json.dumps``'s default separators)."""
     deep = json_depth_exceeds(schema, limits.max_json_depth)
     if deep is not None:
         _too_complex(f"it is nested deeper than {limits.max_json_depth} JSON levels", deep)
@@ -173,11 +174,13 @@ def _check_limits(schema: dict[str, Any], limits: SchemaLimits) -> None:
         if isinstance(enum, list) and len(enum) > limits.max_enum_values:
             _too_complex(f"an enum has {len(enum)} values (limit {limits.max_enum_values})", node.pointer, "enum")
     try:
-        size = len(json.dumps(schema, ensure_ascii=False, allow_nan=False).encode())
+        text = json.dumps(schema, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise InvalidSchemaError(f"the schema is not JSON data: {exc}", pointer="") from None
+    size = len(text.encode())
     if size > limits.max_bytes:
         _too_complex(f"it is {size} bytes (limit {limits.max_bytes})", "")
+    return text
 
 
 def _too_complex(what: str, pointer: str, keyword: str | None = None) -> None:
