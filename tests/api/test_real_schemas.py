@@ -1,8 +1,7 @@
 """Fifty JSON Schemas from real projects (``assets/real_schemas.py``: SchemaStore's CI/config
 schemas as check-jsonschema vendors them, Jupyter's notebook format, validate-pyproject's, JupyterLab's
-settings) sent as ``response_format`` to SmolLM2 over HTTP, 16 at a time, sampled (temperature 0.8, a
-seed), so
-schemas the grammar cannot wholly enforce take the validate-and-resample path.
+settings) sent as ``response_format`` to SmolLM2 over HTTP, 16 at a time, sampled (temperature 0.8,
+a seed), so schemas the grammar cannot wholly enforce take the validate-and-resample path.
 
 Each schema gets a 200, a 400 that says what to change, or a 422 (resampling exhausted: never an
 invalid output returned as valid); never a 5xx. Every finished 200 validates, by the validator of the
