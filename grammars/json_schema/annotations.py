@@ -16,11 +16,10 @@ refused: a format-asserting validator checks ``regex``, ``iri``, ...).
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from grammars.errors import Unsupported
-from grammars.json_schema.canonical import escape_token, iter_subschemas, resolve_pointer
+from grammars.json_schema.canonical import escape_token, iter_subschemas, json_copy, resolve_pointer
 from grammars.json_schema.keywords import KEYWORDS
 
 __all__ = ["FORMAT_REASON", "IGNORED_REASON", "SPEC_FORMATS", "strip_unknown"]
@@ -52,7 +51,7 @@ def strip_unknown(schema: dict[str, Any]) -> tuple[dict[str, Any], tuple[Unsuppo
     ]
     if not found:
         return schema, ()
-    out = copy.deepcopy(schema)
+    out = json_copy(schema)
     for pointer, key in found:
         resolve_pointer(out, pointer).pop(key, None)
     return out, tuple(

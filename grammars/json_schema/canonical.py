@@ -4,7 +4,8 @@ following, canonical text, and ``pattern`` safety for xgrammar. Pure stdlib.
 Contracts:
 - ``iter_subschemas`` and ``json_depth_exceeds`` are iterative (no recursion), so any
   nesting depth is safe; the caller stops ``iter_subschemas`` early to bound work.
-- ``canonical_json`` recurses: call it only on values whose nesting was bounded first.
+- ``canonical_json`` and ``json_copy`` recurse: call them only on values whose nesting was
+  bounded first.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ __all__ = [
     "deref",
     "escape_token",
     "iter_subschemas",
+    "json_copy",
     "json_equal",
     "json_depth_exceeds",
     "pattern_problem",
@@ -75,23 +77,30 @@ def escape_token(token: str | int) -> str:
     return text.replace("~", "~0").replace("/", "~1") if "~" in text or "/" in text else text
 
 
-def _children(node: Node) -> Iterator[Node]:
-    """The subschemas directly under ``node`` (schema positions only, never data). Keyword
-    names hold no ``~`` or ``/``: only member names are escaped."""
-    value, depth, pointer = node.value, node.depth + 1, node.pointer
+def _children(node: Node) -> list[Node]:
+    """The subschemas directly under ``node`` (schema positions only, never data), in order.
+    Keyword names hold no ``~`` or ``/``: only member names are escaped."""
+    value, pointer, depth, names = node
+    depth += 1
+    out = []
     for key, child in value.items():
         if key in SCHEMA_SINGLE_KEYWORDS:
             if isinstance(child, (dict, bool)):
-                yield Node(child, f"{pointer}/{key}", depth, node.names or key == "propertyNames")
+                out.append(Node(child, f"{pointer}/{key}", depth, names or key == "propertyNames"))
         elif key in SCHEMA_LIST_KEYWORDS:
             if isinstance(child, list):
-                for i, item in enumerate(child):
-                    if isinstance(item, (dict, bool)):
-                        yield Node(item, f"{pointer}/{key}/{i}", depth, node.names)
+                out += [
+                    Node(item, f"{pointer}/{key}/{i}", depth, names)
+                    for i, item in enumerate(child)
+                    if isinstance(item, (dict, bool))
+                ]
         elif key in SCHEMA_MAP_KEYWORDS and isinstance(child, dict):
-            for name, item in child.items():
-                if isinstance(item, (dict, bool)):
-                    yield Node(item, f"{pointer}/{key}/{escape_token(name)}", depth, node.names)
+            out += [
+                Node(item, f"{pointer}/{key}/{escape_token(name)}", depth, names)
+                for name, item in child.items()
+                if isinstance(item, (dict, bool))
+            ]
+    return out
 
 
 def iter_subschemas(schema: Any) -> Iterator[Node]:
@@ -101,7 +110,19 @@ def iter_subschemas(schema: Any) -> Iterator[Node]:
         node = stack.pop()
         yield node
         if isinstance(node.value, dict):
-            stack.extend(reversed(list(_children(node))))
+            stack += reversed(_children(node))
+
+
+def json_copy(value: Any) -> Any:
+    """A deep copy of JSON data (dicts and lists copied, everything else shared: immutable).
+    About 3x faster than ``copy.deepcopy``, which keeps a memo for shared references that
+    JSON data does not have."""
+    kind = type(value)
+    if kind is dict:
+        return {key: json_copy(item) for key, item in value.items()}
+    if kind is list:
+        return [json_copy(item) for item in value]
+    return value
 
 
 def json_depth_exceeds(value: Any, limit: int) -> str | None:

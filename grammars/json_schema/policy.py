@@ -25,7 +25,6 @@ Decisions:
 
 from __future__ import annotations
 
-import copy
 import functools
 import json
 from collections.abc import Iterable
@@ -43,6 +42,7 @@ from grammars.json_schema.annotations import strip_unknown
 from grammars.json_schema.canonical import (
     canonical_json,
     iter_subschemas,
+    json_copy,
     json_depth_exceeds,
     resolve_pointer,
 )
@@ -255,7 +255,7 @@ def _problems(schema: dict[str, Any]) -> list[Unsupported]:
 def _loosen(schema: dict[str, Any], problems: list[Unsupported]) -> CheckedSchema:
     """Drop the unsupported keywords from a copy until nothing unsupported is left."""
     loosened: list[Unsupported] = []
-    current = copy.deepcopy(schema)
+    current = json_copy(schema)
     for _ in range(_MAX_LOOSEN_ROUNDS):
         _remove_all(current, problems)
         loosened.extend(problems)

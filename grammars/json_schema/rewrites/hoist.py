@@ -12,10 +12,9 @@ properties.with``). Exact: a copy is the same JSON, and every ``$ref`` resolves 
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
-from grammars.json_schema.canonical import iter_subschemas
+from grammars.json_schema.canonical import iter_subschemas, json_copy
 
 __all__ = ["hoist_ref_targets"]
 
@@ -32,12 +31,12 @@ def hoist_ref_targets(schema: dict[str, Any]) -> tuple[dict[str, Any], tuple[str
     defs = schema.get("$defs", {})
     if not targets or not isinstance(defs, dict):
         return schema, ()
-    out = copy.deepcopy(schema)
+    out = json_copy(schema)
     defs = out.setdefault("$defs", {})
     names: dict[str, str] = {}
     for target in targets:
         name = _fresh(defs, "ref:" + target[2:].replace("/", "."))
-        defs[name] = copy.deepcopy(nodes[target[1:]])
+        defs[name] = json_copy(nodes[target[1:]])
         names[target] = f"#/$defs/{name}"
     moved = []
     for node in iter_subschemas(out):

@@ -10,10 +10,9 @@ to that same node. Removing it is exact; any other nested ``$id`` stays for the 
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
-from grammars.json_schema.canonical import iter_subschemas
+from grammars.json_schema.canonical import iter_subschemas, json_copy
 
 __all__ = ["drop_self_ids"]
 
@@ -24,7 +23,7 @@ def drop_self_ids(schema: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ..
     found = [node.pointer for node in iter_subschemas(schema) if _self_id(node.value, node.pointer)]
     if not found:
         return schema, ()
-    out = copy.deepcopy(schema)
+    out = json_copy(schema)
     for node in iter_subschemas(out):
         if node.pointer in found:
             del node.value["$id"]

@@ -18,8 +18,9 @@ Pure: imports neither torch, sglang, fastapi nor a grammar library.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
+
+from grammars.json_schema.canonical import json_copy
 
 __all__ = ["declare_required"]
 
@@ -38,7 +39,7 @@ def declare_required(value: dict[str, Any]) -> bool:
         matched = _matched(value.get("patternProperties"), name)
         if matched is None or (not matched and extra is False):
             return False
-        declared[name] = {} if matched or extra is True else copy.deepcopy(extra)
+        declared[name] = {} if matched or extra is True else json_copy(extra)
     value["properties"] = {**props, **declared}
     return True
 

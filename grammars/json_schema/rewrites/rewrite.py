@@ -30,10 +30,9 @@ Bottom-up, on a copy; a subschema with a ``$ref`` into what a rewrite moves is l
 from __future__ import annotations
 
 import bisect
-import copy
 from typing import Any
 
-from grammars.json_schema.canonical import canonical_json, iter_subschemas, json_equal, resolve_pointer
+from grammars.json_schema.canonical import canonical_json, iter_subschemas, json_copy, json_equal, resolve_pointer
 from grammars.json_schema.keywords import _NEUTRAL
 from grammars.json_schema.rewrites.combine import distribute_any_of, inline_ref, pattern_into_declared, reduce_all_of
 from grammars.json_schema.rewrites.dependent import (
@@ -71,7 +70,7 @@ def rewrite_exact(schema: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ..
     nodes = [n for n in nodes if not any(_any_under(f"{n.pointer}/{k}", targets) for k in _MOVED)]
     if not nodes:
         return schema, hoisted
-    out, done = copy.deepcopy(schema), list(hoisted)
+    out, done = json_copy(schema), list(hoisted)
     client = _client_one_ofs(schema)
     for node in sorted(nodes, key=lambda n: n.depth, reverse=True):  # children first
         done += _rewrite_node(resolve_pointer(out, node.pointer), node.pointer, node.value, schema, (targets, client))
