@@ -17,7 +17,7 @@ from typing import Any, Literal
 from grammars.compile.compiler import GrammarCompiler
 from grammars.compile.llguidance_route import LarkRouter
 from grammars.errors import CompilerBusyError, GrammarError, Unsupported, UnsupportedKeywordError
-from grammars.json_schema.policy import CheckedSchema, check_schema
+from grammars.json_schema.policy import CheckedSchema, check_schema, loosen_deferred
 
 __all__ = ["SchemaVerdict", "schema_verdict"]
 
@@ -80,6 +80,13 @@ def schema_verdict(
         checked = check_schema(schema, allow_loosening=allow_loosening, defer_unsupported=router is not None)
     except GrammarError as exc:
         return SchemaVerdict(False, None, reason=exc.message, code=exc.code)
+    return _verdict(checked, router, compiler, resample, exact)
+
+
+def _verdict(
+    checked: CheckedSchema, router: LarkRouter | None, compiler: GrammarCompiler | None, resample: bool, exact: bool
+) -> SchemaVerdict:
+    """``schema_verdict`` after the policy."""
     ignored, loosened = named(checked.ignored), named(checked.loosened)
     if router is not None and (exact or checked.unenforced):
         lark, why = router.route_native(checked.canonical)
@@ -87,7 +94,7 @@ def schema_verdict(
             return SchemaVerdict(True, "llguidance", ignored, loosened, checked=checked, lark=lark, native=True)
     if checked.unenforced and router is not None:  # only llguidance's own compiler may take it
         if resample:
-            loose = schema_verdict(schema, allow_loosening=True, router=router, compiler=compiler, exact=exact)
+            loose = _loose_verdict(checked, router, compiler, exact)
             if loose.served:
                 return replace(loose, validated=True)
         refused = UnsupportedKeywordError(checked.unenforced, llguidance=why)
@@ -103,3 +110,14 @@ def schema_verdict(
         except GrammarError as exc:
             return SchemaVerdict(False, None, ignored, loosened, exc.message, exc.code, checked)
     return SchemaVerdict(True, "xgrammar", ignored, loosened, checked=checked)
+
+
+def _loose_verdict(
+    checked: CheckedSchema, router: LarkRouter | None, compiler: GrammarCompiler | None, exact: bool
+) -> SchemaVerdict:
+    """The verdict for the schema ``checked`` came from, loosened (``allow_loosening``)."""
+    try:
+        loose = loosen_deferred(checked)
+    except GrammarError as exc:
+        return SchemaVerdict(False, None, reason=exc.message, code=exc.code)
+    return _verdict(loose, router, compiler, False, exact)

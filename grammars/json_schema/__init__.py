@@ -16,6 +16,7 @@ from grammars.json_schema.policy import (
     KeywordSupport,
     SchemaLimits,
     check_schema,
+    loosen_deferred,
 )
 from grammars.json_schema.validation import LinearValidator, first_error
 
@@ -29,6 +30,7 @@ __all__ = [
     "SchemaLimits",
     "canonical_json",
     "check_schema",
+    "loosen_deferred",
     "deref",
     "first_error",
     "iter_subschemas",

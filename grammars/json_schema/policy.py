@@ -63,6 +63,7 @@ __all__ = [
     "SchemaLimits",
     "Unsupported",
     "check_schema",
+    "loosen_deferred",
 ]
 
 JSON_OBJECT_SCHEMA: dict[str, Any] = {"type": "object"}
@@ -155,6 +156,18 @@ def check_schema(
     checked = _loosen(schema, problems) if problems else CheckedSchema(schema, canonical_json(schema))
     check_productive(checked.schema)
     return replace(checked, ignored=ignored, rewritten=rewritten) if ignored or rewritten else checked
+
+
+def loosen_deferred(checked: CheckedSchema) -> CheckedSchema:
+    """What ``check_schema(schema, allow_loosening=True)`` returns for the schema that
+    ``check_schema(schema, defer_unsupported=True)`` returned ``checked`` for, without running the
+    policy again: its ``unenforced`` keywords loosened. Raises like that call
+    (``UnsupportedKeywordError``, ``UnsatisfiableSchemaError``)."""
+    if not checked.unenforced:
+        return checked
+    loose = _loosen(checked.schema, list(checked.unenforced))
+    check_productive(loose.schema)
+    return replace(loose, ignored=checked.ignored, rewritten=checked.rewritten)
 
 
 def _check_limits(schema: dict[str, Any], limits: SchemaLimits) -> str:

@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from grammars.errors import GrammarError
-from grammars.json_schema import JSON_OBJECT_SCHEMA, CheckedSchema, check_schema
+from grammars.json_schema import JSON_OBJECT_SCHEMA, CheckedSchema, check_schema, loosen_deferred
 from grammars.lark import choice_to_ebnf, custom_arguments_ebnf, is_probably_lark, lark_to_ebnf
 from grammars.tool_calls import PythonicSchemaError, ToolSpec, XmlSchemaError, tool_call_constraint
 from service.errors import InvalidRequestError
@@ -39,7 +39,7 @@ def build_constraint(req: ValidatedRequest, default_loosening: bool, resample: b
         if answer is None:
             return None
         constraint = _json_constraint(*answer)
-        return _with_fallback(constraint, answer[1], resample, req.stream) if constraint.unenforced else constraint
+        return _with_fallback(constraint, answer, resample, req.stream) if constraint.unenforced else constraint
     answer = _answer(req, loosen)
     if pattern is not None and tools.mode == "auto":
         raise InvalidRequestError(
@@ -112,13 +112,16 @@ STREAM_HINT = (
 )
 
 
-def _with_fallback(constraint: DecodeConstraint, schema: Any, resample: bool, stream: bool) -> DecodeConstraint:
+def _with_fallback(
+    constraint: DecodeConstraint, answer: tuple[CheckedSchema, Any, str], resample: bool, stream: bool
+) -> DecodeConstraint:
     """``constraint`` (keywords only llguidance's own compiler may take) with what to serve if it
     refuses them: the grammar without them, outputs validated and resampled, or a hint for the 400."""
     if stream or not resample:
         return replace(constraint, hint=STREAM_HINT if stream and resample else "")
+    checked, schema, _ = answer
     try:
-        loose = check_schema(schema, allow_loosening=True)
+        loose = loosen_deferred(checked)
     except GrammarError:
         return constraint
     fallback = replace(_json_constraint(loose, schema, constraint.param or ""), must_validate=True)
