@@ -49,7 +49,7 @@ def undeclared(value: Any, schema: Any) -> int:
 
 
 def prompt(name: str) -> str:
-    """The API test's prompt (tests/api/test_structured_json.py)."""
+    """The prompt the corpus' engine test used (the record's name as the request)."""
     return f"Give one example {name.replace('_', ' ')} as JSON."
 
 
