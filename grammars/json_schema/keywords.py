@@ -104,7 +104,9 @@ KEYWORDS: dict[str, KeywordSupport] = {
         "$vocabulary",
     ),
     "multipleOf": KeywordSupport("unsupported", "refused by SGLang before xgrammar"),
-    "additionalItems": KeywordSupport("unsupported", "not a 2020-12 keyword: use items"),
+    "additionalItems": KeywordSupport(
+        "unsupported", "not a 2020-12 keyword: use items (beside an array items it is restated first)"
+    ),
     "nullable": KeywordSupport("unsupported", "OpenAPI, not JSON Schema: use a type list"),
 }
 """Every keyword the policy knows; anything else is an unknown keyword (unsupported)."""

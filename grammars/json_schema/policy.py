@@ -52,6 +52,7 @@ from grammars.json_schema.productive import check_productive
 from grammars.json_schema.refs import check_ref
 from grammars.json_schema.rewrites import rewrite_exact
 from grammars.json_schema.rewrites.ids import drop_self_ids
+from grammars.json_schema.rewrites.legacy import legacy_items
 from grammars.json_schema.rules import node_problems
 
 __all__ = [
@@ -142,10 +143,11 @@ def check_schema(
         raise InvalidSchemaError(f"the schema must be a JSON object, got {type(schema).__name__}: {hint}", pointer="")
     text = _check_limits(schema, limits)
     schema, own_ids = drop_self_ids(schema) if '"$id": "#/' in text else (schema, ())
+    schema, legacy = legacy_items(schema) if '"items": [' in text else (schema, ())
     _check_metaschema(schema)
     schema, ignored = strip_unknown(schema)
     schema, rewritten = rewrite_exact(schema)
-    rewritten = own_ids + rewritten
+    rewritten = own_ids + legacy + rewritten
     problems = _problems(schema)
     deferred = problems and not allow_loosening
     if deferred and (not defer_unsupported or any(p.keyword in NOT_FOR_LLGUIDANCE for p in problems)):

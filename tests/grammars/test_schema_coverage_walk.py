@@ -39,3 +39,19 @@ def test_an_invalid_text_the_grammar_takes_is_counted(libs):
     served = libs.build("structserve", UNIQUE)
     assert "validate" in served.route, served.route
     assert libs.accepts_invalid(served, UNIQUE, [1, 1])
+
+
+DRAFT7_TUPLE = {
+    "$schema": "http://json-schema.org/draft-07/schema#",
+    "type": "array",
+    "items": [{"type": "string"}, {"type": "integer"}],
+    "additionalItems": False,
+}
+
+
+@pytest.mark.parametrize("library", ["structserve", "structserve-strict"])
+def test_a_draft07_tuple_is_served_as_its_draft_means(libs, library):
+    """Through llguidance's real matcher: the restated schema names 2020-12 (llguidance reads a
+    draft-07 ``$schema`` as draft 7, where ``prefixItems`` means nothing and every element is refused)."""
+    served = libs.build(library, DRAFT7_TUPLE)
+    assert [libs.accepts(served, v) for v in (["a", 1], ["a"], ["a", "b"], ["a", 1, 2])] == [True, True, False, False]
