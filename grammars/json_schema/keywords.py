@@ -105,15 +105,15 @@ KEYWORDS: dict[str, KeywordSupport] = {
     ),
     "multipleOf": KeywordSupport("unsupported", "refused by SGLang before xgrammar"),
     "additionalItems": KeywordSupport(
-        "unsupported", "not a 2020-12 keyword: use items (beside an array items it is restated first)"
+        "annotation", "drafts before 2020-12: restated with an array items, else removed (rewrites/legacy.py)"
     ),
     "nullable": KeywordSupport("unsupported", "OpenAPI, not JSON Schema: use a type list"),
 }
 """Every keyword the policy knows; anything else is an unknown keyword (unsupported)."""
 
-NOT_FOR_LLGUIDANCE = frozenset({"additionalItems", "nullable"})
-"""Assertions of other dialects (draft 7, OpenAPI) that llguidance 1.x, following 2020-12,
-reads as annotations without a warning: a schema xgrammar cannot take for one of them is
+NOT_FOR_LLGUIDANCE = frozenset({"nullable"})
+"""Assertions of another dialect (OpenAPI) that llguidance 1.x, following 2020-12, reads as
+annotations without a warning: a schema xgrammar cannot take for one of them is
 refused, not sent to llguidance's own compiler (which would drop the author's meaning)."""
 
 SGLANG_FORMATS = frozenset(

@@ -143,7 +143,7 @@ def check_schema(
         raise InvalidSchemaError(f"the schema must be a JSON object, got {type(schema).__name__}: {hint}", pointer="")
     text = _check_limits(schema, limits)
     schema, own_ids = drop_self_ids(schema) if '"$id": "#/' in text else (schema, ())
-    schema, legacy = legacy_items(schema) if '"items": [' in text else (schema, ())
+    schema, legacy = legacy_items(schema) if '"items": [' in text or '"additionalItems"' in text else (schema, ())
     _check_metaschema(schema)
     schema, ignored = strip_unknown(schema)
     schema, rewritten = rewrite_exact(schema)

@@ -60,3 +60,19 @@ def test_a_node_with_prefix_items_too_is_left_for_the_metaschema():
     assert legacy_items(schema) == (schema, ())
     with pytest.raises(InvalidSchemaError):
         check_schema(schema)
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "array", "items": {"type": "string"}, "additionalItems": False},  # MaskBench's 215
+        {"type": "array", "prefixItems": [{"type": "string"}], "additionalItems": False},
+        {"type": "array", "additionalItems": {"type": "integer"}},
+    ],
+)
+def test_an_additional_items_that_asserts_nothing_is_removed_and_named(schema):
+    """Beside a schema-valued or absent ``items`` no draft applies ``additionalItems``; 2020-12 does
+    not define it: the same instances are valid with it and without it."""
+    checked = check_schema(schema)
+    assert "additionalItems" not in checked.canonical and "additionalItems at /" in checked.rewritten
+    assert first_error(["a", "b", "c"], schema) is None or "items" in schema

@@ -182,7 +182,6 @@ REPORTED: dict[str, tuple[dict[str, Any], list[tuple[str, str]]]] = {
         [("$id", "/properties/a")],
     ),
     "dynamic refs": ({"$dynamicAnchor": "x", "type": "object"}, [("$dynamicAnchor", "")]),
-    "draft-7 leftovers": ({"type": "array", "prefixItems": [I], "additionalItems": False}, [("additionalItems", "")]),
 }
 
 
