@@ -148,23 +148,6 @@ LinearValidator: Any = validators.extend(
 def first_error(value: Any, schema: Any) -> ValidationError | None:
     """The first error of ``value`` against ``schema`` (Draft 2020-12, RE2 for patterns; an array
     ``items`` read as the drafts before 2020-12 define it, as the policy restates it), or None."""
-    return next(iter(LinearValidator(_restated(schema)).iter_errors(value)), None)
-
-
-_RESTATED: dict[int, tuple[Any, Any]] = {}
-_RESTATED_MAX = 64
-
-
-def _restated(schema: Any) -> Any:
-    """``legacy_items(schema)``'s schema, kept for the last schemas seen (a request validates each
-    choice, retry and tool call against the same object; the entry holds it, so its id stays its own)."""
     from grammars.json_schema.rewrites.legacy import legacy_items  # rewrites import this module
 
-    hit = _RESTATED.get(id(schema))
-    if hit is not None and hit[0] is schema:
-        return hit[1]
-    form = legacy_items(schema)[0]
-    if len(_RESTATED) >= _RESTATED_MAX:
-        _RESTATED.pop(next(iter(_RESTATED)))
-    _RESTATED[id(schema)] = (schema, form)
-    return form
+    return next(iter(LinearValidator(legacy_items(schema)[0]).iter_errors(value)), None)
