@@ -31,6 +31,7 @@ SECTIONS = (
     "attention",
     "grammar",
     "fast_forward",
+    "linear_kernels",
     "pd",
     "kv_pool",
     "kv_census",

@@ -79,6 +79,20 @@ KV_KERNEL_CALLS = Gauge(
     ["impl"],
     registry=REGISTRY,
 )
+LINEAR_KERNELS = Gauge(
+    "structserve_linear_kernels",
+    "1 for what runs decode's bf16 linear layers (1-4 rows) on the CPU: native (the compiled loop) or "
+    "reference (torch's F.linear), with why (the build loaded, configured, no AVX512-BF16, ...)",
+    ["impl", "reason"],
+    registry=REGISTRY,
+)
+LINEAR_KERNEL_CALLS = Gauge(
+    "structserve_linear_kernel_calls",
+    "bf16 linear calls of 1-4 rows on the CPU by what ran them: native (the compiled loop) or reference "
+    "(torch: no library, or a call the loop does not take, e.g. a weight whose width is not a multiple of 32)",
+    ["impl"],
+    registry=REGISTRY,
+)
 ATTENTION = Gauge(
     "structserve_attention_decode_calls",
     "Decode attention calls (one per layer per step) by runtime_ext's path: batched (one call for the "

@@ -21,7 +21,7 @@ already run), the reference path with one ``torch.aminmax``. The residual side b
 state is checked where the C code indexes with it (sorted keys, slots below its capacity, counts
 within its arrays); shapes that do not fit a kernel send the call to the reference.
 
-The library is built, trusted and loaded by ``kv_cpu_build`` (on first use; ``-O3 -march=native``
+The library is built, trusted and loaded by ``cpu_build`` (on first use; ``-O3 -march=native``
 or portable, OpenMP; only from a cache directory and file owned by this user and writable by no
 one else). Without one, on another dtype than bfloat16/float32, a non-contiguous tensor, or with
 ``kv_kernels: reference`` (``RuntimeExtConfig``), the call is the reference's. ``status()`` says
@@ -34,7 +34,7 @@ from __future__ import annotations
 import torch
 
 from runtime_ext.ops import kv_ref
-from runtime_ext.ops.kv_cpu_build import library
+from runtime_ext.ops.cpu_build import library
 
 PARALLEL_MIN = 1 << 18  # values per call below which one thread reads
 _BF16 = {torch.bfloat16: 1, torch.float32: 0}

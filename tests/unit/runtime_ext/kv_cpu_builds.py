@@ -11,7 +11,8 @@ from __future__ import annotations
 from contextlib import contextmanager
 from functools import cache
 
-from runtime_ext.ops import kv_cpu, kv_cpu_build
+from runtime_ext.ops import cpu_build as kv_cpu_build
+from runtime_ext.ops import kv_cpu
 
 BUILDS = ["native", "portable"]
 

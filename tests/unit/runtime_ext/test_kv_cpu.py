@@ -105,7 +105,7 @@ def test_no_residual_key_leaves_the_values(build):
 
 
 def test_the_reference_setting_turns_the_library_off(monkeypatch):
-    from runtime_ext.ops.kv_cpu_build import library
+    from runtime_ext.ops.cpu_build import library
 
     monkeypatch.setenv("STRUCTSERVE_KV_KERNELS", "reference")
     library.cache_clear()

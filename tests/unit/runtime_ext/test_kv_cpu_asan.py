@@ -18,7 +18,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from runtime_ext.ops import kv_cpu_build
+from runtime_ext.ops import cpu_build as kv_cpu_build
 
 ROOT = Path(__file__).resolve().parents[3]
 KERNEL_TESTS = ["tests/unit/runtime_ext/test_kv_cpu.py", "tests/unit/runtime_ext/test_kv_cpu_bounds.py"]
@@ -61,7 +61,7 @@ def test_the_kernel_tests_pass_under_address_sanitizer(tmp_path):
 CANARY = textwrap.dedent(
     """
     import torch
-    from runtime_ext.ops import kv_cpu_build
+    from runtime_ext.ops import cpu_build as kv_cpu_build
 
     lib = kv_cpu_build.load(kv_cpu_build.PORTABLE_FLAGS)
     size, heads, dim = 16, 2, 32

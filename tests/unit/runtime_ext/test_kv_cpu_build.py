@@ -11,7 +11,8 @@ import shutil
 import pytest
 import torch
 
-from runtime_ext.ops import kv_cpu, kv_cpu_build
+from runtime_ext.ops import cpu_build as kv_cpu_build
+from runtime_ext.ops import kv_cpu
 from tests.unit.runtime_ext.kv_cpu_builds import took
 
 

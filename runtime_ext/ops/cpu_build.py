@@ -1,4 +1,6 @@
-"""Build and load the compiled C8 KV library (``kv_cpu.c``) that ``kv_cpu`` calls, or say why not.
+"""Build and load runtime_ext's compiled CPU libraries, or say why not: the C8 KV store and read
+(``kv_cpu.c``, called by ``kv_cpu``) and the few-row bfloat16 linear (``linear_cpu.c``, called by
+``linear_cpu``). Each is a ``Source``; everything below holds for both.
 
 Build: the host's C compiler (``$CC``, default ``cc``), OpenMP, into ``$STRUCTSERVE_KERNEL_CACHE``
 (default ``~/.cache/structserve/kernels``), one file per build named by a hash of the source, the
@@ -25,6 +27,7 @@ import platform
 import re
 import stat
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -50,6 +53,39 @@ SIGNATURES = {  # kv_cpu.c's calls: (return type, argument types)
     ),
     "residual_add": (_I64, [_P, _I, _P, _I64, _I64, _I, _I, _P, _P, _I64, _I64, _P, _P, _I]),
 }
+
+
+LINEAR_SIGNATURES = {  # linear_cpu.c's calls
+    "linear_available": (_I, []),
+    "linear_bf16": (_I, [_P, _P, _I64, _P, _P, _I, _I64, _I64]),
+}
+
+
+@dataclass(frozen=True, eq=False)  # hashed by identity (the two below): library() caches per source
+class Source:
+    """One compiled library: its C file, its calls, and when the config turns it off (a reason)."""
+
+    stem: str
+    path: Path
+    signatures: dict[str, tuple[object, list[object]]]
+    what: str  # for the log
+    off: Callable[[RuntimeExtConfig], str | None]
+
+
+KV = Source(
+    "kv_cpu",
+    SOURCE,
+    SIGNATURES,
+    "C8 KV kernels",
+    lambda config: None if config.kv_kernels == "native" else "configured: kv_kernels is reference",
+)
+LINEAR = Source(
+    "linear_cpu",
+    SOURCE.with_name("linear_cpu.c"),
+    LINEAR_SIGNATURES,
+    "bf16 linear kernel",
+    lambda config: None if config.linear_kernels == "native" else "configured: linear_kernels is reference",
+)
 
 
 class Unavailable(Exception):
@@ -100,10 +136,10 @@ def untrusted(path: Path) -> str | None:
     return None
 
 
-def build_key(compiler: str, flags: tuple[str, ...]) -> str:
+def build_key(compiler: str, flags: tuple[str, ...], source: Source = KV) -> str:
     """The hash that names a build: source, compiler, flags, machine; the CPU's feature flags for
     ``-march=native`` (``Unavailable`` when they cannot be read: no native build then)."""
-    parts = [SOURCE.read_text(), compiler, *flags, platform.machine()]
+    parts = [source.path.read_text(), compiler, *flags, platform.machine()]
     if "-march=native" in flags:
         features = cpu_flags()
         if features is None:
@@ -112,18 +148,18 @@ def build_key(compiler: str, flags: tuple[str, ...]) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 
 
-def compiled(flags: tuple[str, ...]) -> Path:
+def compiled(flags: tuple[str, ...], source: Source = KV) -> Path:
     """The trusted library file for ``flags``, compiled unless the cache has it (``Unavailable`` if not)."""
     compiler = os.environ.get("CC", "cc")
     directory = cache_dir()
-    target = directory / f"kv_cpu-{build_key(compiler, flags)}.so"
+    target = directory / f"{source.stem}-{build_key(compiler, flags, source)}.so"
     try:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         if why := untrusted(directory):
             raise Unavailable(f"cache not trusted: {why}")
         if not target.exists():
             tmp = target.with_suffix(f".{os.getpid()}.tmp")
-            cmd = [compiler, *flags, "-shared", "-fPIC", "-o", str(tmp), str(SOURCE)]
+            cmd = [compiler, *flags, "-shared", "-fPIC", "-o", str(tmp), str(source.path)]
             subprocess.run(cmd, check=True, capture_output=True, timeout=120)
             os.chmod(tmp, 0o755)  # whatever the umask: never writable by group or others
             tmp.replace(target)
@@ -136,14 +172,14 @@ def compiled(flags: tuple[str, ...]) -> Path:
     return target
 
 
-def load(flags: tuple[str, ...]) -> ctypes.CDLL:
+def load(flags: tuple[str, ...], source: Source = KV) -> ctypes.CDLL:
     """The library built with ``flags`` plus the sanitizer's (``Unavailable`` with the reason if not)."""
-    path = compiled(flags + sanitizer_flags())
+    path = compiled(flags + sanitizer_flags(), source)
     try:
         lib = ctypes.CDLL(str(path))
     except OSError as exc:
         raise Unavailable(f"{path} does not load: {exc}") from exc
-    for name, (restype, argtypes) in SIGNATURES.items():
+    for name, (restype, argtypes) in source.signatures.items():
         getattr(lib, name).restype, getattr(lib, name).argtypes = restype, argtypes
     return lib
 
@@ -157,18 +193,18 @@ def _builds() -> tuple[tuple[str, tuple[str, ...]], ...]:
 
 
 @cache
-def library() -> Loaded:
-    """The process's library: this CPU's build, else the portable one, else None and why."""
-    if RuntimeExtConfig.from_env().kv_kernels != "native":
-        return Loaded(None, "configured: kv_kernels is reference")
+def library(source: Source = KV) -> Loaded:
+    """The process's library of ``source``: this CPU's build, else the portable one, else None and why."""
+    if off := source.off(RuntimeExtConfig.from_env()):
+        return Loaded(None, off)
     failures = []
     for name, flags in _builds():
         try:
-            lib = load(flags)
+            lib = load(flags, source)
         except Unavailable as exc:
-            log.warning("C8 KV kernels: the %s build is unavailable: %s", name, exc)
+            log.warning("%s: the %s build is unavailable: %s", source.what, name, exc)
             failures.append(str(exc))
             continue
         return Loaded(lib, _BUILT[name] + (f" (the native build: {failures[0]})" if failures else ""))
-    log.warning("C8 KV kernels: no compiled library, the torch reference runs (%s)", failures[-1])
+    log.warning("%s: no compiled library, the torch reference runs (%s)", source.what, failures[-1])
     return Loaded(None, failures[-1])

@@ -1,0 +1,95 @@
+"""Decode's bfloat16 linear layers on the CPU, one compiled call each (``linear_cpu.c``).
+
+At decode batch 1-4 a linear layer is a matrix-vector product: it reads all its weights for a few
+outputs, so its speed is the rate the weights stream from memory. torch's bfloat16 ``F.linear``
+reads SmolLM2's 30 layers at 8-12 GB/s on this 2-core machine; ``linear_cpu.c`` reads them at
+20-26 GB/s (``bench/linear_cpu.py``). It runs a call only when every condition below holds, and
+counts what ran (``CALLS``, the plugin report, ``structserve_linear_kernel_calls`` in ``/metrics``):
+
+- the compiled library is loaded (built by ``cpu_build`` with this CPU's AVX512-BF16; not with
+  ``linear_kernels: reference``, ``RuntimeExtConfig``), and reports the instruction available;
+- CPU tensors, input, weight (and bias) bfloat16, no autograd;
+- the weight ``[N, K]`` contiguous, ``K`` a multiple of 32; the input's rows ≤ ``MAX_ROWS`` with its
+  last dimension contiguous (rows may be strided, as SGLang's split views are);
+
+otherwise it is torch's ``F.linear`` (``CALLS[REFERENCE]`` only counts calls that wanted the
+kernel and were refused: a prefill's many rows are not counted). The arithmetic is float32 sums
+of exact bf16 products rounded once (torch's differs by summation order; the test bounds it).
+
+Two places call it (``runtime_ext.linear_hooks``): SGLang's ``UnquantizedLinearMethod.apply``
+(every unquantized linear layer) and the logits processor's ``lm_head`` product. Quantized
+methods, NPU tensors and batches above ``MAX_ROWS`` never reach it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from runtime_ext.ops.cpu_build import LINEAR, library
+
+MAX_ROWS = 4  # at 8 rows torch's matmul is as fast (bench/linear_cpu.py): the loop is compute bound there
+NATIVE, REFERENCE = 0, 1
+CALLS = [0, 0]  # calls the compiled loop ran; calls that wanted it and ran F.linear (refused)
+
+
+def _library():
+    lib = library(LINEAR).lib
+    return lib if lib is not None and lib.linear_available() else None
+
+
+def status() -> str:
+    """``native`` when the compiled loop is loaded and usable here, else ``reference``."""
+    return "native" if _library() is not None else "reference"
+
+
+def reason() -> str:
+    """Why ``status()`` is what it is."""
+    loaded = library(LINEAR)
+    if loaded.lib is not None and not loaded.lib.linear_available():
+        return "built without AVX512-BF16 (this CPU or compiler lacks it)"
+    return loaded.reason
+
+
+def report() -> dict:
+    """The plugin report's ``linear_kernels`` section: what runs, why, and the calls of each."""
+    return {"impl": status(), "reason": reason(), "calls": {"native": CALLS[NATIVE], "reference": CALLS[REFERENCE]}}
+
+
+def takes(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
+    """Whether the compiled loop takes ``F.linear(x, weight, bias)`` (see the module docstring)."""
+    if x.device.type != "cpu" or x.dtype != torch.bfloat16 or weight.dtype != torch.bfloat16:
+        return False
+    if weight.dim() != 2 or not weight.is_contiguous() or weight.shape[1] % 32 or x.shape[-1] != weight.shape[1]:
+        return False
+    if x.dim() != 2 or not 1 <= x.shape[0] <= MAX_ROWS or x.stride(-1) != 1:
+        return False
+    if bias is not None and (bias.dtype != torch.bfloat16 or bias.dim() != 1 or not bias.is_contiguous()):
+        return False
+    if bias is not None and bias.shape[0] != weight.shape[0]:
+        return False
+    return not torch.is_grad_enabled() or not (x.requires_grad or weight.requires_grad)
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear(x, weight, bias)``: the compiled loop when it takes the call, else torch's."""
+    if x.dim() != 2 or not 1 <= x.shape[0] <= MAX_ROWS:
+        return torch.nn.functional.linear(x, weight, bias)
+    lib = _library()
+    if lib is None or not takes(x, weight, bias):
+        CALLS[REFERENCE] += 1
+        return torch.nn.functional.linear(x, weight, bias)
+    out = torch.empty((x.shape[0], weight.shape[0]), dtype=torch.bfloat16)
+    status_code = lib.linear_bf16(
+        out.data_ptr(),
+        x.data_ptr(),
+        x.stride(0),
+        weight.data_ptr(),
+        bias.data_ptr() if bias is not None else None,
+        x.shape[0],
+        weight.shape[0],
+        weight.shape[1],
+    )
+    if status_code != 0:  # takes() checked every condition the C side checks
+        raise RuntimeError(f"linear_bf16 refused a call takes() accepted (status {status_code})")
+    CALLS[NATIVE] += 1
+    return out

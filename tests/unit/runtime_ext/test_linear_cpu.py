@@ -1,0 +1,104 @@
+"""The compiled few-row bf16 linear (``runtime_ext/ops/linear_cpu``) against torch's, and the calls it
+refuses. Its sums are float32 in another order than torch's, so outputs are compared with the float32
+product of the same bf16 inputs: within one bf16 rounding (half an ulp, 2^-9 relative) plus float32
+summation error, never more. Each comparison checks the compiled loop ran (``CALLS``): without a
+library ``linear`` is ``F.linear`` and the comparison would hold trivially."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from runtime_ext.ops import linear_cpu
+
+
+@contextmanager
+def ran(impl: str):
+    before = list(linear_cpu.CALLS)
+    yield
+    native, reference = (a - b for a, b in zip(linear_cpu.CALLS, before))
+    assert (native, reference) != (0, 0)
+    assert (reference if impl == "native" else native) == 0, f"native ran {native}, reference {reference}"
+
+
+def _exact(x, w, bias=None):
+    return F.linear(x.double(), w.double(), None if bias is None else bias.double())
+
+
+def test_the_compiled_loop_is_loaded_here():
+    """This machine's (and CI's) CPU has AVX512-BF16 and a C compiler: without them this fails, not skips."""
+    assert linear_cpu.status() == "native", linear_cpu.reason()
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 4])
+@pytest.mark.parametrize(("n", "k"), [(960, 576), (576, 1536), (5, 32), (4099, 64)])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_outputs_are_the_bf16_rounding_of_the_exact_product(rows, n, k, with_bias):
+    gen = torch.Generator().manual_seed(rows * 7 + n)
+    x = torch.randn(rows, k, generator=gen).bfloat16()
+    w = torch.randn(n, k, generator=gen).bfloat16()
+    bias = torch.randn(n, generator=gen).bfloat16() if with_bias else None
+    with ran("native"):
+        got = linear_cpu.linear(x, w, bias)
+    exact = _exact(x, w, bias)
+    assert got.shape == (rows, n) and got.dtype == torch.bfloat16
+    scale = (x.double().abs() @ w.double().abs().T) + (bias.double().abs() if with_bias else 0)
+    assert bool(((got.double() - exact).abs() <= exact.abs() * 2**-8 + scale * 2**-20).all())
+    torch_out = F.linear(x, w, bias)
+    assert bool(((got.double() - torch_out.double()).abs() <= exact.abs() * 2**-7 + scale * 2**-20).all())
+
+
+def test_strided_rows_nan_and_inf_follow_ieee():
+    x = torch.randn(3, 2, 64).bfloat16()[:, 0]  # rows 128 apart, last dimension contiguous
+    w = torch.randn(8, 64).bfloat16()
+    w[1, 0] = float("nan")
+    w[2, :] = 0
+    w[2, 5] = float("inf")
+    x[:, 5] = 1
+    with ran("native"):
+        got = linear_cpu.linear(x, w)
+    assert bool(got[:, 1].isnan().all()) and bool((got[:, 2] == float("inf")).all())
+    assert torch.allclose(got[:, 3:].float(), F.linear(x, w)[:, 3:].float(), rtol=2**-7, atol=1e-2)
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["float32", "five_rows", "k_not_32", "weight_transposed", "last_dim_strided", "no_rows"],
+)
+def test_calls_it_does_not_take_run_torch(case):
+    x, w, bias = torch.randn(2, 64).bfloat16(), torch.randn(16, 64).bfloat16(), None
+    if case == "float32":
+        x, w = x.float(), w.float()
+    elif case == "five_rows":
+        x = torch.randn(5, 64).bfloat16()
+    elif case == "k_not_32":
+        x, w = x[:, :40].contiguous(), w[:, :40].contiguous()
+    elif case == "weight_transposed":
+        w = torch.randn(64, 16).bfloat16().T
+    elif case == "last_dim_strided":
+        x = torch.randn(2, 128).bfloat16()[:, ::2]
+    else:
+        x = torch.empty(0, 64).bfloat16()
+    assert not linear_cpu.takes(x, w, bias)
+    before = list(linear_cpu.CALLS)
+    assert torch.equal(linear_cpu.linear(x, w, bias), F.linear(x, w, bias))
+    assert linear_cpu.CALLS[0] == before[0]
+
+
+def test_the_reference_setting_turns_it_off(monkeypatch):
+    from runtime_ext.ops.cpu_build import library
+
+    monkeypatch.setenv("STRUCTSERVE_LINEAR_KERNELS", "reference")
+    library.cache_clear()
+    try:
+        assert linear_cpu.status() == "reference"
+        assert linear_cpu.reason() == "configured: linear_kernels is reference"
+        x, w = torch.randn(1, 64).bfloat16(), torch.randn(8, 64).bfloat16()
+        with ran("reference"):
+            assert torch.equal(linear_cpu.linear(x, w), F.linear(x, w))
+    finally:
+        monkeypatch.delenv("STRUCTSERVE_LINEAR_KERNELS")
+        library.cache_clear()
