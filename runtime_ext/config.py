@@ -26,9 +26,10 @@ Knobs:
 - ``kv_kernels``: ``native`` (the C8 KV store and read compiled for this CPU, ``runtime_ext.ops.kv_cpu``;
   equal to the reference) or ``reference`` (the torch reference only, for A/B measurements). Like
   ``attention`` it has no service setting: the environment's value is kept.
-- ``linear_kernels``: ``native`` (bfloat16 linear layers of 1-4 rows, decode's, through the
-  compiled loop of ``runtime_ext.ops.linear_cpu``; equal to torch's to float32 summation order) or
-  ``reference`` (torch's ``F.linear`` only, for A/B measurements). No service setting either.
+- ``decode_kernels``: ``native`` (decode's bfloat16 linear layers of 1-8 rows and its attention over
+  the bf16 pool through the compiled loops of ``runtime_ext.ops.linear_cpu`` / ``attention_cpu``;
+  equal to torch's up to float32 summation order) or ``reference`` (torch only, for A/B
+  measurements). No service setting either.
 - ``fast_forward``: tokens an llguidance grammar forces are appended and computed in one extend
   step instead of one decode step each (``runtime_ext.grammar_fast_forward``).
 """
@@ -76,7 +77,7 @@ _ADMISSION = "STRUCTSERVE_RUNTIME_ADMISSION"
 _RESERVE_RATIO = "STRUCTSERVE_RUNTIME_RESERVE_RATIO"
 _KV_KERNELS = "STRUCTSERVE_KV_KERNELS"
 _FAST_FORWARD = "STRUCTSERVE_GRAMMAR_FAST_FORWARD"
-_LINEAR_KERNELS = "STRUCTSERVE_LINEAR_KERNELS"
+_DECODE_KERNELS = "STRUCTSERVE_DECODE_KERNELS"
 ENV_NAMES = (
     _KV_CALIBRATION,
     _QUANT,
@@ -89,7 +90,7 @@ ENV_NAMES = (
     _RESERVE_RATIO,
     _KV_KERNELS,
     _FAST_FORWARD,
-    _LINEAR_KERNELS,
+    _DECODE_KERNELS,
 )
 Admission = Literal["sglang", "budget"]
 ADMISSIONS: tuple[Admission, ...] = ("sglang", "budget")
@@ -113,7 +114,7 @@ class RuntimeExtConfig:
     reserve_ratio: float = 1.0
     kv_kernels: KVKernels = "native"
     fast_forward: bool = False
-    linear_kernels: KVKernels = "native"
+    decode_kernels: KVKernels = "native"
 
     def require_kv_calibration(self) -> Path:
         if self.kv_calibration is None:
@@ -130,7 +131,7 @@ class RuntimeExtConfig:
             _RESERVE_RATIO: repr(self.reserve_ratio),
             _KV_KERNELS: self.kv_kernels,
             _FAST_FORWARD: "1" if self.fast_forward else "0",
-            _LINEAR_KERNELS: self.linear_kernels,
+            _DECODE_KERNELS: self.decode_kernels,
         }
         if self.kv_calibration is not None:
             env[_KV_CALIBRATION] = str(self.kv_calibration)
@@ -166,7 +167,7 @@ class RuntimeExtConfig:
             reserve_ratio=float(environ.get(_RESERVE_RATIO, "1.0")),
             kv_kernels=_one_of(_KV_KERNELS, environ.get(_KV_KERNELS, "native"), KV_KERNELS),
             fast_forward=environ.get(_FAST_FORWARD, "0") == "1",
-            linear_kernels=_one_of(_LINEAR_KERNELS, environ.get(_LINEAR_KERNELS, "native"), KV_KERNELS),
+            decode_kernels=_one_of(_DECODE_KERNELS, environ.get(_DECODE_KERNELS, "native"), KV_KERNELS),
         )
 
 

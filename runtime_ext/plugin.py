@@ -39,7 +39,7 @@ def plugin_report() -> SchedulerReport:
         "grammar": state.grammar.report(),
         "fast_forward": _fast_forward_report(),
         "pd": _pd_report(),
-        "linear_kernels": _linear_kernels(),
+        "decode_kernels": _decode_kernels(),
     }
     return SchedulerReport(
         version=__version__,
@@ -67,11 +67,11 @@ def _fast_forward_report() -> dict[str, Any]:
     return STATS.report()
 
 
-def _linear_kernels() -> dict[str, Any]:
-    """What runs decode's bf16 linear layers on the CPU, why, and the calls of each (``linear_cpu``)."""
-    from runtime_ext.ops import linear_cpu
+def _decode_kernels() -> dict[str, Any]:
+    """What runs decode's bf16 linear layers and attention on the CPU, why, and the calls of each."""
+    from runtime_ext.ops import attention_cpu, linear_cpu
 
-    return linear_cpu.report()
+    return {"linear": linear_cpu.report(), "attention": attention_cpu.report()}
 
 
 def _kv_kernel_calls() -> dict[str, Any]:
@@ -190,7 +190,7 @@ def register() -> None:
     grammar_cache.register(HookRegistry, HookType)  # SGLang's and xgrammar's grammar caches bounded
     grammar_fast_forward.register(HookRegistry, HookType, config.fast_forward)  # forced tokens: no decode step
     kv_hooks.register(HookRegistry, HookType, state.kv_cache)  # kv_cache_dtype="c8_dynamic"
-    linear_hooks.register(HookRegistry, HookType)  # decode's bf16 linears (1-4 rows) on the CPU: compiled loop
+    linear_hooks.register(HookRegistry, HookType)  # decode's bf16 linears (1-8 rows) on the CPU: compiled loop
     native.register(state.attention)  # torch_native attention: new queries only, gathered KV rows, batched decode
     quant_methods.register(HookRegistry, HookType, state.quant, config)  # quantization="structserve_w8a8_dynamic"..
     checkpoint_method.register(state.quant, config)  # msModelSlim-layout checkpoints (quant_model_description.json)

@@ -31,7 +31,7 @@ SECTIONS = (
     "attention",
     "grammar",
     "fast_forward",
-    "linear_kernels",
+    "decode_kernels",
     "pd",
     "kv_pool",
     "kv_census",

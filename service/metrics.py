@@ -79,18 +79,18 @@ KV_KERNEL_CALLS = Gauge(
     ["impl"],
     registry=REGISTRY,
 )
-LINEAR_KERNELS = Gauge(
-    "structserve_linear_kernels",
-    "1 for what runs decode's bf16 linear layers (1-4 rows) on the CPU: native (the compiled loop) or "
-    "reference (torch's F.linear), with why (the build loaded, configured, no AVX512-BF16, ...)",
-    ["impl", "reason"],
+DECODE_KERNELS = Gauge(
+    "structserve_decode_kernels",
+    "1 for what runs decode's bf16 linear layers (1-8 rows) and attention on the CPU, per kernel: native "
+    "(compiled) or reference (torch), with why (the build loaded, configured, no AVX512-BF16, ...)",
+    ["kernel", "impl", "reason"],
     registry=REGISTRY,
 )
-LINEAR_KERNEL_CALLS = Gauge(
-    "structserve_linear_kernel_calls",
-    "bf16 linear calls of 1-4 rows on the CPU by what ran them: native (the compiled loop) or reference "
-    "(torch: no library, or a call the loop does not take, e.g. a weight whose width is not a multiple of 32)",
-    ["impl"],
+DECODE_KERNEL_CALLS = Gauge(
+    "structserve_decode_kernel_calls",
+    "Decode's linear/attention calls on the CPU by what ran them: native (compiled) or reference (torch: "
+    "no library, or a call the kernel does not take, e.g. a float32 model or a C8 pool's attention)",
+    ["kernel", "impl"],
     registry=REGISTRY,
 )
 ATTENTION = Gauge(

@@ -28,10 +28,11 @@ from torch.nn.functional import scaled_dot_product_attention
 
 @dataclass(frozen=True)
 class DecodeRows:
-    """Where a decode batch's cached rows are: ``locs[B, L]`` and ``valid[B, L]``."""
+    """Where a decode batch's cached rows are: ``locs[B, L]``, ``valid[B, L]`` and ``lens[B]``."""
 
     locs: torch.Tensor
     valid: torch.Tensor
+    lens: torch.Tensor
 
     @classmethod
     def of(cls, req_to_token: torch.Tensor, rows: torch.Tensor, seq_lens: list[int]) -> DecodeRows:
@@ -42,7 +43,7 @@ class DecodeRows:
         lens = torch.tensor(seq_lens, device=device)
         valid = torch.arange(longest, device=device).unsqueeze(0) < lens.unsqueeze(1)
         locs = req_to_token[rows.to(device=device, dtype=torch.long), :longest].masked_fill(~valid, 0)
-        return cls(locs.long(), valid)
+        return cls(locs.long(), valid, lens)
 
     @property
     def shape(self) -> tuple[int, int]:

@@ -32,6 +32,7 @@ from torch.nn.functional import scaled_dot_product_attention
 
 from runtime_ext.attention.batched import DecodeRows, attend
 from runtime_ext.config import RuntimeExtConfig
+from runtime_ext.ops import attention_cpu
 from runtime_ext.ops.kv_ref import take_rows
 from runtime_ext.state import AttentionStats
 
@@ -119,16 +120,32 @@ class StructserveNativeAttnBackend(TorchNativeAttnBackend):
 
         return attention
 
+    def _rows(self, forward_batch, seq_lens: list[int]) -> DecodeRows:
+        """The batch's cache locations, built by a forward's first layer and reused by the others."""
+        cached = self._decode_rows
+        if cached is None or cached[0] is not forward_batch or cached[1] != seq_lens:
+            req_to_token = self.req_to_token_pool.req_to_token
+            rows = DecodeRows.of(req_to_token, forward_batch.req_pool_indices, seq_lens)
+            self._decode_rows = cached = (forward_batch, seq_lens, rows)
+        return cached[2]
+
+    def _in_place(self, q, layer, rows: DecodeRows):
+        """The compiled decode attention over the bf16 pool rows in place (``ops/attention_cpu``), or
+        None when it does not take the call (a C8 pool: its method's read; no library; other dtypes)."""
+        if self._method() is not None:
+            return None
+        pool = self.token_to_kv_pool
+        k, v = pool.get_key_buffer(layer.layer_id), pool.get_value_buffer(layer.layer_id)
+        return attention_cpu.decode(q, k, v, rows.locs, rows.lens, layer.scaling)
+
     def _batched_decode(self, layer, forward_batch, seq_lens: list[int]):
-        """One gather and one attention call for the whole decode batch (``batched.py``)."""
+        """One attention call for the whole decode batch: the compiled one over the pool in place,
+        else one gather and SDPA (``batched.py``)."""
 
         def attention(q, read):
-            cached = self._decode_rows
-            if cached is None or cached[0] is not forward_batch or cached[1] != seq_lens:
-                req_to_token = self.req_to_token_pool.req_to_token
-                rows = DecodeRows.of(req_to_token, forward_batch.req_pool_indices, seq_lens)
-                self._decode_rows = cached = (forward_batch, seq_lens, rows)
-            rows = cached[2]
+            rows = self._rows(forward_batch, seq_lens)
+            if (out := self._in_place(q, layer, rows)) is not None:
+                return out
             b, length = rows.shape
             k, v = read(rows.locs.reshape(-1))
             k, v = k.view(b, length, *k.shape[1:]), v.view(b, length, *v.shape[1:])

@@ -59,6 +59,10 @@ LINEAR_SIGNATURES = {  # linear_cpu.c's calls
     "linear_available": (_I, []),
     "linear_bf16": (_I, [_P, _P, _I64, _P, _P, _I, _I64, _I64]),
 }
+ATTENTION_SIGNATURES = {  # attention_cpu.c's calls
+    "attention_available": (_I, []),
+    "decode_attention_bf16": (_I, [_P, _P, _I64, _P, _P, _I64, _P, _P, _I, _I64, _I, _I, _I, _I, ctypes.c_float]),
+}
 
 
 @dataclass(frozen=True, eq=False)  # hashed by identity (the two below): library() caches per source
@@ -70,6 +74,10 @@ class Source:
     signatures: dict[str, tuple[object, list[object]]]
     what: str  # for the log
     off: Callable[[RuntimeExtConfig], str | None]
+
+
+def _decode_off(config: RuntimeExtConfig) -> str | None:
+    return None if config.decode_kernels == "native" else "configured: decode_kernels is reference"
 
 
 KV = Source(
@@ -84,8 +92,9 @@ LINEAR = Source(
     SOURCE.with_name("linear_cpu.c"),
     LINEAR_SIGNATURES,
     "bf16 linear kernel",
-    lambda config: None if config.linear_kernels == "native" else "configured: linear_kernels is reference",
+    _decode_off,
 )
+ATTENTION = Source("attention_cpu", SOURCE.with_name("attention_cpu.c"), ATTENTION_SIGNATURES, "decode attention kernel", _decode_off)
 
 
 class Unavailable(Exception):

@@ -50,11 +50,10 @@ def _plugin_gauges(report: SchedulerReport) -> None:
         m.KV_KERNELS_REASON.labels(reason=report.kv_kernels_reason).set(1)
     for impl, calls in report.section("kv_kernel_calls").items():
         m.KV_KERNEL_CALLS.labels(impl=impl).set(calls)
-    linear = report.section("linear_kernels")
-    if linear:
-        m.LINEAR_KERNELS.labels(impl=str(linear.get("impl")), reason=str(linear.get("reason"))).set(1)
-        for impl, calls in linear.get("calls", {}).items():
-            m.LINEAR_KERNEL_CALLS.labels(impl=impl).set(calls)
+    for kernel, entry in report.section("decode_kernels").items():
+        m.DECODE_KERNELS.labels(kernel=kernel, impl=str(entry.get("impl")), reason=str(entry.get("reason"))).set(1)
+        for impl, calls in entry.get("calls", {}).items():
+            m.DECODE_KERNEL_CALLS.labels(kernel=kernel, impl=impl).set(calls)
     _kv_pool(report)
     attention = report.section("attention")
     for path in ("batched", "per_request"):

@@ -33,7 +33,7 @@ def test_the_compiled_loop_is_loaded_here():
     assert linear_cpu.status() == "native", linear_cpu.reason()
 
 
-@pytest.mark.parametrize("rows", [1, 2, 3, 4])
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 8])
 @pytest.mark.parametrize(("n", "k"), [(960, 576), (576, 1536), (5, 32), (4099, 64)])
 @pytest.mark.parametrize("with_bias", [False, True])
 def test_outputs_are_the_bf16_rounding_of_the_exact_product(rows, n, k, with_bias):
@@ -66,14 +66,14 @@ def test_strided_rows_nan_and_inf_follow_ieee():
 
 @pytest.mark.parametrize(
     "case",
-    ["float32", "five_rows", "k_not_32", "weight_transposed", "last_dim_strided", "no_rows"],
+    ["float32", "nine_rows", "k_not_32", "weight_transposed", "last_dim_strided", "no_rows"],
 )
 def test_calls_it_does_not_take_run_torch(case):
     x, w, bias = torch.randn(2, 64).bfloat16(), torch.randn(16, 64).bfloat16(), None
     if case == "float32":
         x, w = x.float(), w.float()
-    elif case == "five_rows":
-        x = torch.randn(5, 64).bfloat16()
+    elif case == "nine_rows":
+        x = torch.randn(9, 64).bfloat16()
     elif case == "k_not_32":
         x, w = x[:, :40].contiguous(), w[:, :40].contiguous()
     elif case == "weight_transposed":
@@ -91,14 +91,14 @@ def test_calls_it_does_not_take_run_torch(case):
 def test_the_reference_setting_turns_it_off(monkeypatch):
     from runtime_ext.ops.cpu_build import library
 
-    monkeypatch.setenv("STRUCTSERVE_LINEAR_KERNELS", "reference")
+    monkeypatch.setenv("STRUCTSERVE_DECODE_KERNELS", "reference")
     library.cache_clear()
     try:
         assert linear_cpu.status() == "reference"
-        assert linear_cpu.reason() == "configured: linear_kernels is reference"
+        assert linear_cpu.reason() == "configured: decode_kernels is reference"
         x, w = torch.randn(1, 64).bfloat16(), torch.randn(8, 64).bfloat16()
         with ran("reference"):
             assert torch.equal(linear_cpu.linear(x, w), F.linear(x, w))
     finally:
-        monkeypatch.delenv("STRUCTSERVE_LINEAR_KERNELS")
+        monkeypatch.delenv("STRUCTSERVE_DECODE_KERNELS")
         library.cache_clear()

@@ -24,7 +24,7 @@ EVERY_KNOB_SET = RuntimeExtConfig(
     reserve_ratio=0.625,
     kv_kernels="reference",
     fast_forward=True,
-    linear_kernels="reference",
+    decode_kernels="reference",
 )
 
 

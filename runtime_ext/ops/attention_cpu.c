@@ -1,0 +1,159 @@
+/* Decode attention over the paged bfloat16 KV pool on the CPU, one call per layer: each request's one
+ * query attends over its cached rows read in place from the pool (no gathered copy), called by
+ * attention_cpu.py (which checks dtypes, shapes and contiguity before it calls).
+ *
+ * out[b, h, :] = softmax_t(scale · q[b, h] · k[loc[b, t], h / G]) · v[loc[b, t], h / G],  t < len[b]
+ *
+ * One task per (request, KV head): the G query heads sharing that KV head (GQA) read each K and V
+ * row once. Two passes over the rows: the scores (float32 dot products of bf16 values), then the
+ * softmax weights (max subtracted, exp) times V summed in float32, divided once by the weights' sum
+ * and rounded once to bf16 (nearest even). torch's SDPA computes the same in another order: the
+ * outputs agree to float32 rounding before the bf16 rounding (tests/unit/runtime_ext/test_attention_cpu.py).
+ *
+ * Bounds: every location is checked against the pool's rows before any is read (returns BAD_LOC,
+ * the caller raises IndexError naming it); a length above L or below 1 returns BAD_LEN.
+ * Without AVX-512 at compile time (the portable build) attention_available() is 0: never called.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#define HAVE_AVX512 1
+#else
+#define HAVE_AVX512 0
+#endif
+
+#define BAD_LOC -100
+#define BAD_LEN -102
+#define BAD_SHAPE -103
+#define NO_MEMORY -104
+
+int attention_available(void) { return HAVE_AVX512; }
+
+#if HAVE_AVX512
+static inline __m512 load_bf16(const uint16_t *p) { /* 16 bf16 -> float32, exact */
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const void *)p)), 16));
+}
+
+static inline uint16_t to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+/* e^x for x <= 0 (scores minus their max): 2^n · p(r), x = n·ln2 + r, |r| <= ln2/2, p of degree 6
+ * (relative error < 2e-7); below -87.3 the result is 0 (scalef underflows), as expf's. */
+static inline __m512 exp_neg(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187045e-06f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 720);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+#define MAXG 16 /* query heads per KV head */
+#define MAXV 16 /* D / 16 */
+
+/* One (request, KV head): g query heads at q (rows D apart, already scaled), len rows. */
+static int one(uint16_t *out, const float *q, const uint16_t *k, const uint16_t *v, const int64_t *loc, int64_t len,
+               int hkv, int h, int g, int d, int dv) {
+    float *s = malloc(sizeof(float) * (size_t)g * (size_t)(len + 16));
+    if (!s) return NO_MEMORY;
+    int64_t stride = len + 16;
+    for (int64_t t = 0; t < len; t++) { /* scores */
+        const uint16_t *kr = k + (loc[t] * hkv + h) * d;
+        for (int i = 0; i < g; i++) {
+            __m512 acc = _mm512_setzero_ps();
+            for (int c = 0; c < d; c += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + i * d + c), load_bf16(kr + c), acc);
+            s[i * stride + t] = _mm512_reduce_add_ps(acc);
+        }
+    }
+    float total[MAXG];
+    for (int i = 0; i < g; i++) { /* weights */
+        float *si = s + i * stride;
+        __m512 mx = _mm512_set1_ps(-INFINITY);
+        int64_t t = 0;
+        for (; t + 16 <= len; t += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(si + t));
+        float m = _mm512_reduce_max_ps(mx);
+        for (; t < len; t++) m = si[t] > m ? si[t] : m;
+        __m512 sum = _mm512_setzero_ps(), mv = _mm512_set1_ps(m);
+        for (t = 0; t < len; t += 16) {
+            __mmask16 keep = len - t >= 16 ? 0xffff : (__mmask16)((1u << (len - t)) - 1);
+            __m512 e = exp_neg(_mm512_sub_ps(_mm512_maskz_loadu_ps(keep, si + t), mv));
+            e = _mm512_maskz_mov_ps(keep, e);
+            _mm512_mask_storeu_ps(si + t, keep, e);
+            sum = _mm512_add_ps(sum, e);
+        }
+        total[i] = _mm512_reduce_add_ps(sum);
+    }
+    __m512 acc[MAXG][MAXV];
+    for (int i = 0; i < g; i++)
+        for (int c = 0; c < dv / 16; c++) acc[i][c] = _mm512_setzero_ps();
+    for (int64_t t = 0; t < len; t++) { /* weights · V */
+        const uint16_t *vr = v + (loc[t] * hkv + h) * dv;
+        for (int c = 0; c < dv / 16; c++) {
+            __m512 vv = load_bf16(vr + c * 16);
+            for (int i = 0; i < g; i++) acc[i][c] = _mm512_fmadd_ps(_mm512_set1_ps(s[i * stride + t]), vv, acc[i][c]);
+        }
+    }
+    for (int i = 0; i < g; i++) {
+        float o[16];
+        __m512 inv = _mm512_set1_ps(1.0f / total[i]);
+        for (int c = 0; c < dv / 16; c++) {
+            _mm512_storeu_ps(o, _mm512_mul_ps(acc[i][c], inv));
+            for (int e = 0; e < 16; e++) out[i * dv + c * 16 + e] = to_bf16(o[e]);
+        }
+    }
+    free(s);
+    return 0;
+}
+#endif
+
+/* out[B, Hq, Dv], q[B, Hq, D] (requests qs elements apart, heads contiguous), k[rows, Hkv, D], v[rows, Hkv, Dv], locs[B, L], lens[B]. */
+int decode_attention_bf16(uint16_t *out, const uint16_t *q, int64_t qs, const uint16_t *k, const uint16_t *v, int64_t rows,
+                          const int64_t *locs, const int64_t *lens, int b, int64_t l, int hq, int hkv, int d, int dv,
+                          float scale) {
+#if HAVE_AVX512
+    if (hkv < 1 || hq % hkv || hq / hkv > MAXG || d % 16 || dv % 16 || d > 16 * MAXV || dv > 16 * MAXV)
+        return BAD_SHAPE;
+    for (int r = 0; r < b; r++) {
+        if (lens[r] < 1 || lens[r] > l) return BAD_LEN;
+        for (int64_t t = 0; t < lens[r]; t++)
+            if ((uint64_t)locs[r * l + t] >= (uint64_t)rows) return BAD_LOC;
+    }
+    int g = hq / hkv, status = 0;
+#pragma omp parallel for schedule(dynamic) if ((int64_t)b * hkv > 1 && (int64_t)b * l >= 256)
+    for (int task = 0; task < b * hkv; task++) {
+        int r = task / hkv, h = task % hkv;
+        float qf[MAXG * 16 * MAXV];
+        const uint16_t *qr = q + (int64_t)r * qs + (int64_t)h * g * d;
+        for (int i = 0; i < g * d; i++) {
+            uint32_t u = (uint32_t)qr[i] << 16;
+            float f;
+            memcpy(&f, &u, 4);
+            qf[i] = f * scale;
+        }
+        int rc = one(out + ((int64_t)r * hq + (int64_t)h * g) * dv, qf, k, v, locs + r * l, lens[r], hkv, h, g, d, dv);
+        if (rc) {
+#pragma omp atomic write
+            status = rc;
+        }
+    }
+    return status;
+#else
+    (void)out, (void)q, (void)qs, (void)k, (void)v, (void)rows, (void)locs, (void)lens, (void)b, (void)l, (void)hq;
+    (void)hkv, (void)d, (void)dv, (void)scale;
+    return BAD_SHAPE;
+#endif
+}
