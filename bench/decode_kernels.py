@@ -7,7 +7,8 @@ decode attention over the pool in place through ``attention_cpu``), one with ``r
 Decode speed is differential, so prefill never counts: each batch of ``--context``-token prompts is
 timed with 8 and with ``8 + --new`` new tokens, ``batch × new / (t_long − t_short)``. Greedy tokens
 of both are compared (the share of requests whose tokens are equal, and of tokens before the first
-difference). Also a model-free table: the 30 layers' linear products alone at SmolLM2's shapes
+difference), and each against a float32 engine's greedy tokens for the same prompts (which of the two
+bf16 arms writes what float32 writes). Also a model-free table: the 30 layers' linear products alone at SmolLM2's shapes
 (distinct weights per layer, so they stream from memory as in the model), torch vs the loop.
 
     .venv/bin/python bench/decode_kernels.py --rounds 3
@@ -32,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 ARMS = ("native", "reference")
 
 
-def start(model: Path, kernels: str):
+def start(model: Path, kernels: str, dtype: str = "bfloat16"):
     from runtime_ext.config import RuntimeExtConfig
     from service.engine import EngineOptions, prepare_process_env
     from service.settings import EngineSettings
@@ -41,7 +42,7 @@ def start(model: Path, kernels: str):
     import sglang
 
     replace(RuntimeExtConfig.from_env(), decode_kernels=kernels).export()
-    options = EngineOptions(model_path=model, dtype="bfloat16", engine=EngineSettings(max_total_tokens=40960))
+    options = EngineOptions(model_path=model, dtype=dtype, engine=EngineSettings(max_total_tokens=40960))
     return sglang.Engine(**options.engine_kwargs())
 
 
@@ -68,6 +69,7 @@ def agreement(a: list[list[int]], b: list[list[int]]) -> tuple[int, float]:
 def engine_table(model: Path, windows: list[list[int]], args) -> Table:
     batches = [int(b) for b in args.batches.split(",")]
     engines = {arm: start(model, arm) for arm in ARMS}
+    engines["float32"] = start(model, "reference", "float32")  # the kernels take bf16 only: the anchor
     speeds: dict[tuple[str, int], list[float]] = {}
     tokens: dict[tuple[str, int], list] = {}
     try:
@@ -76,7 +78,7 @@ def engine_table(model: Path, windows: list[list[int]], args) -> Table:
         for r in tqdm(range(args.rounds), desc="rounds"):
             order = ARMS if r % 2 == 0 else ARMS[::-1]
             for b in batches:
-                for arm in order:
+                for arm in (*order, "float32") if r == 0 else order:
                     speed, toks = decode_speed(engines[arm], windows[:b], args.new)
                     speeds.setdefault((arm, b), []).append(speed)
                     tokens[arm, b] = toks
@@ -84,7 +86,8 @@ def engine_table(model: Path, windows: list[list[int]], args) -> Table:
         for engine in engines.values():
             engine.shutdown()
     table = Table(title=f"decode tok/s, SmolLM2-135M bf16, {args.context}-token prompts, {args.new} new tokens")
-    for col in ("batch", "native", "reference", "native / reference", "equal requests", "tokens before a difference"):
+    cols = ("batch", "native", "reference", "native / reference", "equal requests", "tokens before a difference")
+    for col in (*cols, "native = float32 (tokens before a difference)", "reference = float32 (same)"):
         table.add_column(col, justify="right")
     for b in batches:
         cells = []
@@ -93,7 +96,8 @@ def engine_table(model: Path, windows: list[list[int]], args) -> Table:
             cells.append(f"{statistics.median(s):.1f} ({min(s):.1f}–{max(s):.1f})")
         ratios = [n / ref for n, ref in zip(speeds["native", b], speeds["reference", b])]
         equal, prefix = agreement(tokens["native", b], tokens["reference", b])
-        table.add_row(str(b), *cells, f"{statistics.median(ratios):.2f}×", f"{equal}/{b}", f"{prefix:.0%}")
+        anchor = [f"{e}/{b} ({p:.0%})" for e, p in (agreement(tokens[arm, b], tokens["float32", b]) for arm in ARMS)]
+        table.add_row(str(b), *cells, f"{statistics.median(ratios):.2f}×", f"{equal}/{b}", f"{prefix:.0%}", *anchor)
     return table
 
 
@@ -138,7 +142,8 @@ def main() -> None:
     console.print(linear_table(args))
     model = fetch(["smollm2", "austen"]).smollm2
     n = max(int(b) for b in args.batches.split(","))
-    ids = AutoTokenizer.from_pretrained(str(model)).encode(eval_text()[: args.context * 8 * n], add_special_tokens=False)
+    text = eval_text()[: args.context * 8 * n]
+    ids = AutoTokenizer.from_pretrained(str(model)).encode(text, add_special_tokens=False)
     windows = [ids[i * args.context : (i + 1) * args.context] for i in range(n)]
     console.print(engine_table(model, windows, args))
 

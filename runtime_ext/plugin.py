@@ -168,12 +168,11 @@ def register() -> None:
         return
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    from runtime_ext import grammar_cache, grammar_fast_forward, grammar_route
+    from runtime_ext import grammar_cache, grammar_fast_forward, grammar_route, linear_hooks
     from runtime_ext.admission import sglang_adder as admission
     from runtime_ext.attention import native
     from runtime_ext.config import RuntimeExtConfig
     from runtime_ext.fixes import grammar_token_sync, min_p_seed, sampling_seed
-    from runtime_ext import linear_hooks
     from runtime_ext.kv_cache import sglang_hooks as kv_hooks
     from runtime_ext.parsers.sglang_adapter import register_tool_parsers
     from runtime_ext.pd import cpu_transfer, link_down

@@ -94,7 +94,9 @@ LINEAR = Source(
     "bf16 linear kernel",
     _decode_off,
 )
-ATTENTION = Source("attention_cpu", SOURCE.with_name("attention_cpu.c"), ATTENTION_SIGNATURES, "decode attention kernel", _decode_off)
+ATTENTION = Source(
+    "attention_cpu", SOURCE.with_name("attention_cpu.c"), ATTENTION_SIGNATURES, "decode attention kernel", _decode_off
+)
 
 
 class Unavailable(Exception):

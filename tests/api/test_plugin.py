@@ -58,3 +58,38 @@ def test_decode_runs_batched_attention_in_the_scheduler(qwen_server):
     assert set(after) == {"batched", "per_request"}, after
     assert after["batched"] - before["batched"] >= TINY_QWEN_LAYERS * decode_steps, (before, after, decode_steps)
     assert after["per_request"] == 0, after
+
+
+KERNEL_CALLS_RE = re.compile(r'^structserve_decode_kernel_calls\{impl="(\w+)",kernel="(\w+)"\} (\d+)\.0$', re.M)
+SMOLLM2_LAYERS = 30
+
+
+def test_bf16_decode_runs_the_compiled_linear_and_attention_kernels(smol_server):
+    """SmolLM2 in bfloat16: every decode step's linear layers (4 per layer + lm_head, one row each)
+    and attention (one call per layer) run runtime_ext's compiled loops, none falls back to torch,
+    and /metrics says which build loaded (docs/benchmarks.md, "Decode kernels")."""
+
+    def calls() -> tuple[dict[tuple[str, str], int], str]:
+        text = httpx.get(f"{smol_server.base_url}/metrics", timeout=30).text
+        return {(kernel, impl): int(n) for impl, kernel, n in KERNEL_CALLS_RE.findall(text)}, text
+
+    before, _ = calls()
+    body = {
+        "model": smol_server.model_name,
+        "messages": [{"role": "user", "content": "Name three colours."}],
+        "max_tokens": 8,
+        "temperature": 0,
+    }
+    reply = httpx.post(f"{smol_server.base_url}/v1/chat/completions", json=body, timeout=300)
+    assert reply.status_code == 200, reply.text
+    decode_steps = reply.json()["usage"]["completion_tokens"] - 1
+    assert decode_steps > 0
+    after, text = calls()
+    for kernel in ("linear", "attention"):
+        assert (
+            f'structserve_decode_kernels{{impl="native",kernel="{kernel}",reason="compiled for this CPU"}} 1.0' in text
+        )
+    grew = {key: after[key] - before.get(key, 0) for key in after}
+    assert grew[("linear", "native")] >= (4 * SMOLLM2_LAYERS + 1) * decode_steps, grew
+    assert grew[("attention", "native")] >= SMOLLM2_LAYERS * decode_steps, grew
+    assert after.get(("linear", "reference"), 0) == 0 and after.get(("attention", "reference"), 0) == 0, after
