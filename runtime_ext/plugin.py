@@ -68,10 +68,10 @@ def _fast_forward_report() -> dict[str, Any]:
 
 
 def _decode_kernels() -> dict[str, Any]:
-    """What runs decode's bf16 linear layers and attention on the CPU, why, and the calls of each."""
-    from runtime_ext.ops import attention_cpu, linear_cpu
+    """What runs decode's bf16 linear layers, attention and RMSNorm on the CPU, why, the calls of each."""
+    from runtime_ext.ops import attention_cpu, linear_cpu, norm_cpu
 
-    return {"linear": linear_cpu.report(), "attention": attention_cpu.report()}
+    return {"linear": linear_cpu.report(), "attention": attention_cpu.report(), "norm_rope": norm_cpu.report()}
 
 
 def _kv_kernel_calls() -> dict[str, Any]:
@@ -168,7 +168,7 @@ def register() -> None:
         return
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    from runtime_ext import grammar_cache, grammar_fast_forward, grammar_route, linear_hooks
+    from runtime_ext import decode_hooks, grammar_cache, grammar_fast_forward, grammar_route
     from runtime_ext.admission import sglang_adder as admission
     from runtime_ext.attention import native
     from runtime_ext.config import RuntimeExtConfig
@@ -189,7 +189,7 @@ def register() -> None:
     grammar_cache.register(HookRegistry, HookType)  # SGLang's and xgrammar's grammar caches bounded
     grammar_fast_forward.register(HookRegistry, HookType, config.fast_forward)  # forced tokens: no decode step
     kv_hooks.register(HookRegistry, HookType, state.kv_cache)  # kv_cache_dtype="c8_dynamic"
-    linear_hooks.register(HookRegistry, HookType)  # decode's bf16 linears (1-8 rows) on the CPU: compiled loop
+    decode_hooks.register(HookRegistry, HookType)  # bf16 linears (1-8 rows), lm_head, RMSNorm on the CPU: compiled
     native.register(state.attention)  # torch_native attention: new queries only, gathered KV rows, batched decode
     quant_methods.register(HookRegistry, HookType, state.quant, config)  # quantization="structserve_w8a8_dynamic"..
     checkpoint_method.register(state.quant, config)  # msModelSlim-layout checkpoints (quant_model_description.json)

@@ -1,6 +1,7 @@
 """Build and load runtime_ext's compiled CPU libraries, or say why not: the C8 KV store and read
-(``kv_cpu.c``, called by ``kv_cpu``) and the few-row bfloat16 linear (``linear_cpu.c``, called by
-``linear_cpu``). Each is a ``Source``; everything below holds for both.
+(``kv_cpu.c``, called by ``kv_cpu``) and decode's bfloat16 kernels: the few-row linear
+(``linear_cpu``), attention over the pool (``attention_cpu``), RMSNorm and RoPE (``norm_cpu``). Each is
+a ``Source``; everything below holds for all.
 
 Build: the host's C compiler (``$CC``, default ``cc``), OpenMP, into ``$STRUCTSERVE_KERNEL_CACHE``
 (default ``~/.cache/structserve/kernels``), one file per build named by a hash of the source, the
@@ -94,6 +95,11 @@ LINEAR = Source(
     "bf16 linear kernel",
     _decode_off,
 )
+NORM_SIGNATURES = {  # norm_cpu.c's calls
+    "rmsnorm_bf16": (_I, [_P, _P, _P, _P, _P, _I64, _I64, ctypes.c_float, _I]),
+    "rope_bf16": (_I, [_P, _P, _P, _I64, _P, _I64, _P, _I64, _P, _I, _I64, _I, _I, _I, _I, _I]),
+}
+NORM = Source("norm_cpu", SOURCE.with_name("norm_cpu.c"), NORM_SIGNATURES, "RMSNorm/RoPE kernel", _decode_off)
 ATTENTION = Source(
     "attention_cpu", SOURCE.with_name("attention_cpu.c"), ATTENTION_SIGNATURES, "decode attention kernel", _decode_off
 )

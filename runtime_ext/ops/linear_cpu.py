@@ -16,7 +16,7 @@ otherwise it is torch's ``F.linear`` (``CALLS[REFERENCE]`` only counts calls tha
 kernel and were refused: a prefill's many rows are not counted). The arithmetic is float32 sums
 of exact bf16 products rounded once (torch's differs by summation order; the test bounds it).
 
-Two places call it (``runtime_ext.linear_hooks``): SGLang's ``UnquantizedLinearMethod.apply``
+Two places call it (``runtime_ext.decode_hooks``): SGLang's ``UnquantizedLinearMethod.apply``
 (every unquantized linear layer) and the logits processor's ``lm_head`` product. Quantized
 methods, NPU tensors and batches above ``MAX_ROWS`` never reach it.
 """

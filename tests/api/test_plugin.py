@@ -65,8 +65,9 @@ SMOLLM2_LAYERS = 30
 
 
 def test_bf16_decode_runs_the_compiled_linear_and_attention_kernels(smol_server):
-    """SmolLM2 in bfloat16: every decode step's linear layers (4 per layer + lm_head, one row each)
-    and attention (one call per layer) run runtime_ext's compiled loops, none falls back to torch,
+    """SmolLM2 in bfloat16: every decode step's linear layers (4 per layer + lm_head, one row each),
+    attention (one call per layer), RMSNorm (2 per layer + the final one) and RoPE (1 per layer) run
+    runtime_ext's compiled loops, none falls back to torch,
     and /metrics says which build loaded (docs/benchmarks.md, "Decode kernels")."""
 
     def calls() -> tuple[dict[tuple[str, str], int], str]:
@@ -85,11 +86,12 @@ def test_bf16_decode_runs_the_compiled_linear_and_attention_kernels(smol_server)
     decode_steps = reply.json()["usage"]["completion_tokens"] - 1
     assert decode_steps > 0
     after, text = calls()
-    for kernel in ("linear", "attention"):
+    for kernel in ("linear", "attention", "norm_rope"):
         assert (
             f'structserve_decode_kernels{{impl="native",kernel="{kernel}",reason="compiled for this CPU"}} 1.0' in text
         )
     grew = {key: after[key] - before.get(key, 0) for key in after}
     assert grew[("linear", "native")] >= (4 * SMOLLM2_LAYERS + 1) * decode_steps, grew
     assert grew[("attention", "native")] >= SMOLLM2_LAYERS * decode_steps, grew
-    assert after.get(("linear", "reference"), 0) == 0 and after.get(("attention", "reference"), 0) == 0, after
+    assert grew[("norm_rope", "native")] >= (3 * SMOLLM2_LAYERS + 1) * decode_steps, grew  # 2 norms + RoPE per layer
+    assert all(after.get((kernel, "reference"), 0) == 0 for kernel in ("linear", "attention", "norm_rope")), after
