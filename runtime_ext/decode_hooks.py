@@ -17,12 +17,14 @@ Three AROUND hooks, each handing the call to SGLang unchanged unless the kernel 
   rotation (a subclass with its own ``forward_native``, a precomputed ``sin_cos_cache``, a compiled
   rotation, offsets or a fused KV store go to SGLang), bit for bit the same.
 
-All are for the CPU only: an NPU or CUDA tensor never satisfies ``takes`` (the NPU path is
-unchanged).
+All are for the CPU engine only: an NPU or CUDA tensor never satisfies ``takes``, and in a process
+where SGLang runs on an NPU (``is_npu()``) nothing is taken either: under the torch_npu twin NPU tensors
+live on the CPU, and the twin must run SGLang's NPU path as it is (tests/npu_twin).
 """
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 from runtime_ext.ops import linear_cpu, norm_cpu
@@ -33,8 +35,16 @@ RMSNORM_TARGET = "sglang.srt.layers.layernorm.RMSNorm.forward_native"
 ROPE_TARGET = "sglang.srt.layers.rotary_embedding.base.RotaryEmbedding.forward_native"
 
 
+@cache
+def _npu_engine() -> bool:
+    from sglang.srt.utils import is_npu
+
+    return is_npu()
+
+
 def linear_apply(original: Any, method: Any, layer: Any, x: Any, bias: Any = None) -> Any:
-    if getattr(layer, "use_intel_amx_backend", False) or not linear_cpu.takes(x, layer.weight, bias):
+    packed = getattr(layer, "use_intel_amx_backend", False)
+    if packed or not linear_cpu.takes(x, layer.weight, bias) or _npu_engine():
         return original(method, layer, x, bias)
     return linear_cpu.linear(x, layer.weight, bias)
 
@@ -42,7 +52,7 @@ def linear_apply(original: Any, method: Any, layer: Any, x: Any, bias: Any = Non
 def _plain_lm_head(processor: Any, lm_head: Any, embedding_bias: Any) -> bool:
     from sglang.srt.layers.logits_processor import should_apply_lm_head_quant_method
 
-    if embedding_bias is not None or not hasattr(lm_head, "weight"):
+    if embedding_bias is not None or not hasattr(lm_head, "weight") or _npu_engine():
         return False
     if hasattr(lm_head, "set_lora") and hasattr(lm_head, "apply_lora"):
         return False
@@ -64,7 +74,7 @@ def compute_lm_head(
 def _plain_norm(norm: Any, post_residual_addition: Any) -> bool:
     from sglang.srt.layers import layernorm
 
-    if layernorm._is_cpu_amx_available or post_residual_addition is not None:
+    if layernorm._is_cpu_amx_available or post_residual_addition is not None or _npu_engine():
         return False
     if getattr(norm, "fp32_residual", False) or getattr(norm, "override_orig_dtype", None) is not None:
         return False
@@ -84,6 +94,8 @@ def _plain_rope(rope: Any, offsets: Any, fused: Any) -> bool:
     from sglang.srt.layers.rotary_embedding import base, utils
 
     if base._is_cpu_amx_available or offsets is not None or fused is not None or hasattr(rope, "sin_cos_cache"):
+        return False
+    if _npu_engine():
         return False
     if type(rope).forward_native is not base.RotaryEmbedding.forward_native:  # (hooked: the hook's wrapper)
         return False

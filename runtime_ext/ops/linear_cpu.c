@@ -3,9 +3,9 @@
  * and the library's presence before it calls; anything else runs torch's F.linear).
  *
  * Why: at decode batch 1-8 a linear layer reads its whole weight to make a few outputs. torch's
- * bfloat16 path reads SmolLM2's weights at 8-12 GB/s on this 2-core machine; this loop streams
- * them at 20-26 GB/s (bench/decode_kernels.py). Each block of four weight rows is read once from
- * memory and multiplied with every input row through AVX512-BF16's VDPBF16PS (pairs of bf16
+ * bfloat16 path reads SmolLM2's weights at 9-11 GB/s on this 2-core machine; this loop streams
+ * them at 17-20 GB/s for 1-4 rows (bench/decode_kernels.py). Each block of four weight rows is
+ * read once from memory and multiplied with every input row through AVX512-BF16's VDPBF16PS (pairs of bf16
  * products summed into float32 lanes), so a weight byte is read once per call; the next block's
  * rows are prefetched while this one is multiplied (without it: half the speed, measured).
  *

@@ -2,9 +2,9 @@
 
 At decode batch 1-8 a linear layer is a matrix-vector product: it reads all its weights for a few
 outputs, so its speed is the rate the weights stream from memory. torch's bfloat16 ``F.linear``
-reads SmolLM2's 30 layers at 8-12 GB/s on this 2-core machine; ``linear_cpu.c`` reads them at
-20-26 GB/s (``bench/linear_cpu.py``). It runs a call only when every condition below holds, and
-counts what ran (``CALLS``, the plugin report, ``structserve_decode_kernel_calls`` in ``/metrics``):
+reads SmolLM2's 30 layers at 9-11 GB/s on this 2-core machine; ``linear_cpu.c`` reads them at
+17-20 GB/s for 1-4 rows (``bench/decode_kernels.py``). It runs a call only when every condition
+below holds, and counts what ran (``CALLS``, the plugin report, ``structserve_decode_kernel_calls`` in ``/metrics``):
 
 - the compiled library is loaded (built by ``cpu_build`` with this CPU's AVX512-BF16; not with
   ``decode_kernels: reference``, ``RuntimeExtConfig``), and reports the instruction available;
