@@ -30,6 +30,10 @@ from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from decode_attention import decode_speed  # noqa: E402
+
 ARMS = ("native", "reference")
 
 
@@ -44,17 +48,6 @@ def start(model: Path, kernels: str, dtype: str = "bfloat16"):
     replace(RuntimeExtConfig.from_env(), decode_kernels=kernels).export()
     options = EngineOptions(model_path=model, dtype=dtype, engine=EngineSettings(max_total_tokens=40960))
     return sglang.Engine(**options.engine_kwargs())
-
-
-def decode_speed(engine, prompts: list[list[int]], new: int) -> tuple[float, list]:
-    seconds = []
-    for n in (8, 8 + new):
-        params = {"max_new_tokens": n, "ignore_eos": True, "temperature": 0}
-        t0 = time.perf_counter()
-        outs = engine.generate(input_ids=prompts, sampling_params=params)
-        seconds.append(time.perf_counter() - t0)
-        assert all(o["meta_info"]["completion_tokens"] == n for o in outs)
-    return len(prompts) * new / (seconds[1] - seconds[0]), [o["output_ids"] for o in outs]
 
 
 def agreement(a: list[list[int]], b: list[list[int]]) -> tuple[int, float]:

@@ -18,6 +18,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "bf16.h"
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #define HAVE_AVX512 1
@@ -35,14 +37,6 @@ int attention_available(void) { return HAVE_AVX512; }
 #if HAVE_AVX512
 static inline __m512 load_bf16(const uint16_t *p) { /* 16 bf16 -> float32, exact */
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const void *)p)), 16));
-}
-
-static inline uint16_t to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
 }
 
 /* e^x for x <= 0 (scores minus their max): 2^n · p(r), x = n·ln2 + r, |r| <= ln2/2, p of degree 6
@@ -138,12 +132,7 @@ int decode_attention_bf16(uint16_t *out, const uint16_t *q, int64_t qs, const ui
         int r = task / hkv, h = task % hkv;
         float qf[MAXG * 16 * MAXV];
         const uint16_t *qr = q + (int64_t)r * qs + (int64_t)h * g * d;
-        for (int i = 0; i < g * d; i++) {
-            uint32_t u = (uint32_t)qr[i] << 16;
-            float f;
-            memcpy(&f, &u, 4);
-            qf[i] = f * scale;
-        }
+        for (int i = 0; i < g * d; i++) qf[i] = from_bf16(qr[i]) * scale;
         int rc = one(out + ((int64_t)r * hq + (int64_t)h * g) * dv, qf, k, v, locs + r * l, lens[r], hkv, h, g, d, dv);
         if (rc) {
 #pragma omp atomic write

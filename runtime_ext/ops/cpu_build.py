@@ -4,8 +4,8 @@
 a ``Source``; everything below holds for all.
 
 Build: the host's C compiler (``$CC``, default ``cc``), OpenMP, into ``$STRUCTSERVE_KERNEL_CACHE``
-(default ``~/.cache/structserve/kernels``), one file per build named by a hash of the source, the
-compiler, the flags and the machine; a ``-march=native`` build adds the CPU's feature flags
+(default ``~/.cache/structserve/kernels``), one file per build named by a hash of the source (and the
+headers beside it), the compiler, the flags and the machine; a ``-march=native`` build adds the CPU's feature flags
 (``/proc/cpuinfo``) to that hash. On x86-64 this CPU's build comes first (``NATIVE_FLAGS``), the
 portable one (``PORTABLE_FLAGS``) if it fails. When the feature flags cannot be read no
 ``-march=native`` build is made or loaded: a cached one from another CPU could hold instructions
@@ -156,7 +156,8 @@ def untrusted(path: Path) -> str | None:
 def build_key(compiler: str, flags: tuple[str, ...], source: Source = KV) -> str:
     """The hash that names a build: source, compiler, flags, machine; the CPU's feature flags for
     ``-march=native`` (``Unavailable`` when they cannot be read: no native build then)."""
-    parts = [source.path.read_text(), compiler, *flags, platform.machine()]
+    headers = sorted(source.path.parent.glob("*.h"))  # what a source may #include "..." (bf16.h)
+    parts = [source.path.read_text(), *(h.read_text() for h in headers), compiler, *flags, platform.machine()]
     if "-march=native" in flags:
         features = cpu_flags()
         if features is None:

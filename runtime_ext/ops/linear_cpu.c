@@ -19,6 +19,8 @@
  */
 #include <stdint.h>
 #include <string.h>
+
+#include "bf16.h"
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
 #include <immintrin.h>
 #define HAVE_BF16_DOT 1
@@ -29,21 +31,6 @@
 int linear_available(void) { return HAVE_BF16_DOT; }
 
 #if HAVE_BF16_DOT
-static inline uint16_t to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* NaN stays NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static inline float bf16_value(uint16_t b) {
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 /* Rows n .. n + nr - 1 (nr <= 4) of y for the MM input rows: the weight rows are read once. */
 #define BLOCK(MM)                                                                                          \
     static void block_##MM(uint16_t *y, const uint16_t *x, int64_t xs, const uint16_t *w, const uint16_t *b, \
@@ -66,7 +53,7 @@ static inline float bf16_value(uint16_t b) {
         }                                                                                                  \
         for (int i = 0; i < MM; i++)                                                                       \
             for (int j = 0; j < nr; j++) {                                                                 \
-                float s = _mm512_reduce_add_ps(acc[i][j]) + (b ? bf16_value(b[n + j]) : 0.0f);             \
+                float s = _mm512_reduce_add_ps(acc[i][j]) + (b ? from_bf16(b[n + j]) : 0.0f);             \
                 y[i * N + n + j] = to_bf16(s);                                                             \
             }                                                                                              \
     }
