@@ -8,8 +8,10 @@ default, bf16 weights as served):
 - **compute**: 2 FLOP per weight and token: B x 2 x params / the measured bf16 matmul rate (the
   best GFLOP/s of ``torch.mm`` at 2048 x 2048 x 2048);
 - **matmuls as served**: the model's own linear layers at batch B in its order (q, k, v, o, gate,
-  up, down per layer, then the tied ``lm_head``), with ``torch.nn.functional.linear`` in bf16: the
-  time of one step's matmuls alone, no attention, norms, sampling or serving.
+  up, down per layer, then the tied ``lm_head``) as the server runs them in bf16: through
+  runtime_ext's compiled loop for 1-8 rows (``runtime_ext.ops.linear_cpu``), else
+  ``torch.nn.functional.linear``; and torch's alone beside it. The time of one step's matmuls
+  alone, no attention, norms, sampling or serving.
 
 The roofline bound is max(memory, compute) per step; tok/s = B / step time. Measured decode tok/s
 is compared against these in docs/benchmarks.md (the serving bench measures it).
@@ -75,13 +77,17 @@ def model_weights(model_dir: Path) -> list[torch.Tensor]:
     return [tensors[name].to(torch.bfloat16) for name in order] + [head.to(torch.bfloat16)]
 
 
-def served_matmuls(weights: list[torch.Tensor], batch: int, repeat: int) -> float:
-    """Seconds for one step's matmuls at ``batch`` (each layer fed a fresh input of its width)."""
+def served_matmuls(weights: list[torch.Tensor], batch: int, repeat: int, linear=None) -> float:
+    """Seconds for one step's matmuls at ``batch`` (each layer fed a fresh input of its width) through
+    ``linear`` (default: what the server runs, ``linear_cpu.linear``)."""
+    from runtime_ext.ops import linear_cpu
+
+    linear = linear or linear_cpu.linear
     inputs = {w.shape[1]: torch.randn(batch, w.shape[1], dtype=torch.bfloat16) for w in weights}
 
     def step() -> None:
         for w in weights:
-            torch.nn.functional.linear(inputs[w.shape[1]], w)
+            linear(inputs[w.shape[1]], w)
 
     return best(step, repeat)
 
@@ -102,7 +108,8 @@ def main() -> int:
     title = f"{model.name}: {params / 1e6:.1f} M matmul weights ({weight_bytes / 2**20:.0f} MiB bf16); "
     title += f"copy {bw / 1e9:.1f} GB/s, bf16 mm {rate / 1e9:.1f} GFLOP/s; {torch.get_num_threads()} threads"
     table = Table(title=title)
-    for col in ("batch", "memory bound tok/s", "compute bound tok/s", "roofline tok/s", "matmuls as served tok/s"):
+    cols = ("batch", "memory bound tok/s", "compute bound tok/s", "roofline tok/s", "matmuls as served tok/s")
+    for col in (*cols, "torch F.linear matmuls tok/s"):
         table.add_column(col)
     rows = []
     for b in args.batch:
@@ -110,8 +117,9 @@ def main() -> int:
         served = served_matmuls(weights, b, args.repeat)
         row = {"batch": b, "memory": b / memory, "compute": b / compute, "roofline": b / max(memory, compute)}
         row["matmuls"] = b / served
+        row["torch_matmuls"] = b / served_matmuls(weights, b, args.repeat, torch.nn.functional.linear)
         rows.append(row)
-        table.add_row(str(b), *(f"{row[k]:.1f}" for k in ("memory", "compute", "roofline", "matmuls")))
+        table.add_row(str(b), *(f"{row[k]:.1f}" for k in ("memory", "compute", "roofline", "matmuls", "torch_matmuls")))
     Console(width=160).print(table)
     if args.out:
         args.out.write_text(
