@@ -80,6 +80,8 @@ def decode(
         flat = torch.cat([locs[i, : int(n)] for i, n in enumerate(lens.tolist())])
         bad = flat[(flat < 0) | (flat >= rows)]
         raise IndexError(f"KV cache location {int(bad[0])} is outside the pool's rows [0, {rows})")
+    if status_code == NO_MEMORY:
+        raise MemoryError(f"decode attention: no memory for the scores of {int(lens.max())} rows")
     if status_code != 0:
         raise RuntimeError(f"decode_attention_bf16 refused a call takes() accepted (status {status_code})")
     CALLS[NATIVE] += 1
