@@ -56,8 +56,40 @@ static inline __m512 exp_neg(__m512 x) {
     return _mm512_scalef_ps(p, n);
 }
 
+/* The sums of a, b, c and d's sixteen lanes, as [a, b, c, d]. */
+static inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
+#define HALVES(x) _mm256_add_ps(_mm512_castps512_ps256(x), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)))
+    __m256 ab = _mm256_hadd_ps(HALVES(a), HALVES(b)), cd = _mm256_hadd_ps(HALVES(c), HALVES(d));
+#undef HALVES
+    __m256 abcd = _mm256_hadd_ps(ab, cd);
+    return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
 #define MAXG 16 /* query heads per KV head */
 #define MAXV 16 /* D / 16 */
+
+/* weights · V for G query heads and 64-wide values, the G x 4 accumulators in registers. */
+#define WEIGHTED_V(G)                                                                                           \
+    static void weighted_v_##G##x64(__m512 acc[MAXG][MAXV], const float *s, int64_t stride, const uint16_t *v,   \
+                                    const int64_t *loc, int64_t len, int hkv, int h) {                        \
+        __m512 a[G][4];                                                                                         \
+        for (int i = 0; i < G; i++)                                                                             \
+            for (int c = 0; c < 4; c++) a[i][c] = _mm512_setzero_ps();                                          \
+        for (int64_t t = 0; t < len; t++) {                                                                     \
+            const uint16_t *vr = v + (loc[t] * hkv + h) * 64;                                                   \
+            __m512 vv[4] = {load_bf16(vr), load_bf16(vr + 16), load_bf16(vr + 32), load_bf16(vr + 48)};         \
+            for (int i = 0; i < G; i++) {                                                                       \
+                __m512 p = _mm512_set1_ps(s[i * stride + t]);                                                   \
+                for (int c = 0; c < 4; c++) a[i][c] = _mm512_fmadd_ps(p, vv[c], a[i][c]);                       \
+            }                                                                                                   \
+        }                                                                                                       \
+        for (int i = 0; i < G; i++)                                                                             \
+            for (int c = 0; c < 4; c++) acc[i][c] = a[i][c];                                                    \
+    }
+WEIGHTED_V(1)
+WEIGHTED_V(2)
+WEIGHTED_V(3)
+WEIGHTED_V(4)
 
 /* One (request, KV head): g query heads at q (rows D apart, already scaled), len rows. */
 static int one(uint16_t *out, const float *q, const uint16_t *k, const uint16_t *v, const int64_t *loc, int64_t len,
@@ -65,7 +97,20 @@ static int one(uint16_t *out, const float *q, const uint16_t *k, const uint16_t 
     float *s = malloc(sizeof(float) * (size_t)g * (size_t)(len + 16));
     if (!s) return NO_MEMORY;
     int64_t stride = len + 16;
-    for (int64_t t = 0; t < len; t++) { /* scores */
+    int64_t t = 0;
+    for (; t + 4 <= len; t += 4) { /* scores, four rows at a time: one reduction tree for the four */
+        const uint16_t *kr[4];
+        for (int r = 0; r < 4; r++) kr[r] = k + (loc[t + r] * hkv + h) * d;
+        for (int i = 0; i < g; i++) {
+            __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+            for (int c = 0; c < d; c += 16) {
+                __m512 qv = _mm512_loadu_ps(q + i * d + c);
+                for (int r = 0; r < 4; r++) acc[r] = _mm512_fmadd_ps(qv, load_bf16(kr[r] + c), acc[r]);
+            }
+            _mm_storeu_ps(s + i * stride + t, reduce4(acc[0], acc[1], acc[2], acc[3]));
+        }
+    }
+    for (; t < len; t++) { /* the last rows one by one */
         const uint16_t *kr = k + (loc[t] * hkv + h) * d;
         for (int i = 0; i < g; i++) {
             __m512 acc = _mm512_setzero_ps();
@@ -92,13 +137,21 @@ static int one(uint16_t *out, const float *q, const uint16_t *k, const uint16_t 
         total[i] = _mm512_reduce_add_ps(sum);
     }
     __m512 acc[MAXG][MAXV];
-    for (int i = 0; i < g; i++)
-        for (int c = 0; c < dv / 16; c++) acc[i][c] = _mm512_setzero_ps();
-    for (int64_t t = 0; t < len; t++) { /* weights · V */
-        const uint16_t *vr = v + (loc[t] * hkv + h) * dv;
-        for (int c = 0; c < dv / 16; c++) {
-            __m512 vv = load_bf16(vr + c * 16);
-            for (int i = 0; i < g; i++) acc[i][c] = _mm512_fmadd_ps(_mm512_set1_ps(s[i * stride + t]), vv, acc[i][c]);
+    if (dv == 64 && g == 3) /* SmolLM2, Llama-style GQA 3:1: accumulators in registers */
+        weighted_v_3x64(acc, s, stride, v, loc, len, hkv, h);
+    else if (dv == 64 && g <= 2)
+        (g == 1 ? weighted_v_1x64 : weighted_v_2x64)(acc, s, stride, v, loc, len, hkv, h);
+    else if (dv == 64 && g == 4)
+        weighted_v_4x64(acc, s, stride, v, loc, len, hkv, h);
+    else {
+        for (int i = 0; i < g; i++)
+            for (int c = 0; c < dv / 16; c++) acc[i][c] = _mm512_setzero_ps();
+        for (int64_t t = 0; t < len; t++) { /* weights · V */
+            const uint16_t *vr = v + (loc[t] * hkv + h) * dv;
+            for (int c = 0; c < dv / 16; c++) {
+                __m512 vv = load_bf16(vr + c * 16);
+                for (int i = 0; i < g; i++) acc[i][c] = _mm512_fmadd_ps(_mm512_set1_ps(s[i * stride + t]), vv, acc[i][c]);
+            }
         }
     }
     for (int i = 0; i < g; i++) {

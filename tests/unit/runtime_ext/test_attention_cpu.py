@@ -45,7 +45,7 @@ def test_the_compiled_loop_is_loaded_here():
     assert attention_cpu.status() == "native", attention_cpu.reason()
 
 
-@pytest.mark.parametrize(("hq", "hkv", "d"), [(9, 3, 64), (4, 4, 64), (8, 2, 128), (3, 1, 16)])
+@pytest.mark.parametrize(("hq", "hkv", "d"), [(9, 3, 64), (4, 4, 64), (4, 2, 64), (8, 2, 64), (8, 2, 128), (3, 1, 16)])
 @pytest.mark.parametrize("lens", [[1], [37, 5, 300, 16, 17]])
 def test_outputs_match_float64_attention_and_the_torch_path(hq, hkv, d, lens):
     q, k, v, rows = _case(len(lens) + hq, hq, hkv, d, lens)
