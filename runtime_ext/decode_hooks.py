@@ -1,7 +1,7 @@
 """Decode's bfloat16 linear layers and RMSNorm through runtime_ext's compiled CPU kernels
 (``runtime_ext.ops.linear_cpu``, ``norm_cpu``; imports sglang lazily).
 
-Three AROUND hooks, each handing the call to SGLang unchanged unless the kernel takes it:
+Four AROUND hooks, each handing the call to SGLang unchanged unless the kernel takes it:
 
 - ``UnquantizedLinearMethod.apply(layer, x, bias)``: SGLang's method of every unquantized linear
   layer (QKV, O, gate/up, down). SGLang's own CPU route (the AMX ``weight_packed_linear``, when
@@ -43,10 +43,11 @@ def _npu_engine() -> bool:
 
 
 def linear_apply(original: Any, method: Any, layer: Any, x: Any, bias: Any = None) -> Any:
-    packed = getattr(layer, "use_intel_amx_backend", False)
-    if packed or not linear_cpu.takes(x, layer.weight, bias) or _npu_engine():
-        return original(method, layer, x, bias)
-    return linear_cpu.linear(x, layer.weight, bias)
+    if not getattr(layer, "use_intel_amx_backend", False) and not _npu_engine():
+        out = linear_cpu.try_linear(x, layer.weight, bias)
+        if out is not None:
+            return out
+    return original(method, layer, x, bias)
 
 
 def _plain_lm_head(processor: Any, lm_head: Any, embedding_bias: Any) -> bool:
@@ -66,8 +67,10 @@ def _plain_lm_head(processor: Any, lm_head: Any, embedding_bias: Any) -> bool:
 def compute_lm_head(
     original: Any, processor: Any, hidden: Any, lm_head: Any, embedding_bias: Any = None, **kwargs: Any
 ) -> Any:
-    if _plain_lm_head(processor, lm_head, embedding_bias) and linear_cpu.takes(hidden, lm_head.weight, None):
-        return linear_cpu.linear(hidden, lm_head.weight)
+    if _plain_lm_head(processor, lm_head, embedding_bias):
+        logits = linear_cpu.try_linear(hidden, lm_head.weight)
+        if logits is not None:
+            return logits
     return original(processor, hidden, lm_head, embedding_bias, **kwargs)
 
 

@@ -16,32 +16,13 @@ from __future__ import annotations
 
 import torch
 
-from runtime_ext.ops.cpu_build import ATTENTION, library
+from runtime_ext.ops.cpu_build import ATTENTION, Kernel
 
-BAD_LOC, BAD_LEN, BAD_SHAPE, NO_MEMORY = -100, -102, -103, -104
+BAD_LOC, NO_MEMORY = -100, -104  # attention_cpu.c's statuses the caller maps (the others: a call takes() refuses)
 NATIVE, REFERENCE = 0, 1
-CALLS = [0, 0]  # calls the compiled loop ran; decode calls on a bf16 pool it did not take
-
-
-def _library():
-    lib = library(ATTENTION).lib
-    return lib if lib is not None and lib.attention_available() else None
-
-
-def status() -> str:
-    return "native" if _library() is not None else "reference"
-
-
-def reason() -> str:
-    loaded = library(ATTENTION)
-    if loaded.lib is not None and not loaded.lib.attention_available():
-        return "built without AVX-512 (this CPU or compiler lacks it)"
-    return loaded.reason
-
-
-def report() -> dict:
-    """The plugin report's ``decode_kernels`` entry for attention: what runs, why, the calls of each."""
-    return {"impl": status(), "reason": reason(), "calls": {"native": CALLS[NATIVE], "reference": CALLS[REFERENCE]}}
+KERNEL = Kernel(ATTENTION)
+CALLS = KERNEL.calls  # calls the compiled loop ran; decode calls on a pool it did not take
+status, reason, report = KERNEL.status, KERNEL.reason, KERNEL.report
 
 
 def takes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
@@ -63,7 +44,7 @@ def decode(
 ) -> torch.Tensor | None:
     """``[B, Hq, Dv]``: each request's query against its ``lens[b]`` rows at ``locs[b, :lens[b]]``
     (int64, ``[B, L]`` contiguous); None when the compiled loop does not take the call."""
-    lib = _library()
+    lib = KERNEL.lib()
     if lib is None or not takes(q, k, v):
         CALLS[REFERENCE] += 1
         return None

@@ -12,6 +12,11 @@ portable one (``PORTABLE_FLAGS``) if it fails. When the feature flags cannot be 
 this one lacks. ``STRUCTSERVE_KERNEL_SANITIZE=address`` adds ``-fsanitize=address`` (the hash
 too): the tests run the kernels under AddressSanitizer that way.
 
+A source whose kernels need an instruction set (``Source.needs``: linear, AVX512-BF16; attention,
+AVX-512) has a probe call saying whether the build has it; a build without it is not loaded (the
+reason says which), so a library that is loaded always runs its kernels. ``Kernel`` holds a decode
+kernel module's library and its call counts.
+
 Trust: a library is loaded only when the cache directory and the file are owned by this user and
 writable by no one else (and the file is no symbolic link): anyone who can write there could
 have this process run their code. Otherwise the torch reference runs and ``Loaded.reason`` says
@@ -29,7 +34,7 @@ import re
 import stat
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
@@ -75,6 +80,7 @@ class Source:
     signatures: dict[str, tuple[object, list[object]]]
     what: str  # for the log
     off: Callable[[RuntimeExtConfig], str | None]
+    needs: tuple[str, str] | None = None  # (the library's probe call, what a build lacks when it returns 0)
 
 
 def _decode_off(config: RuntimeExtConfig) -> str | None:
@@ -94,6 +100,7 @@ LINEAR = Source(
     LINEAR_SIGNATURES,
     "bf16 linear kernel",
     _decode_off,
+    ("linear_available", "AVX512-BF16"),
 )
 NORM_SIGNATURES = {  # norm_cpu.c's calls
     "rmsnorm_bf16": (_I, [_P, _P, _P, _P, _P, _I64, _I64, ctypes.c_float, _I]),
@@ -101,7 +108,12 @@ NORM_SIGNATURES = {  # norm_cpu.c's calls
 }
 NORM = Source("norm_cpu", SOURCE.with_name("norm_cpu.c"), NORM_SIGNATURES, "RMSNorm/RoPE kernel", _decode_off)
 ATTENTION = Source(
-    "attention_cpu", SOURCE.with_name("attention_cpu.c"), ATTENTION_SIGNATURES, "decode attention kernel", _decode_off
+    "attention_cpu",
+    SOURCE.with_name("attention_cpu.c"),
+    ATTENTION_SIGNATURES,
+    "decode attention kernel",
+    _decode_off,
+    ("attention_available", "AVX-512"),
 )
 
 
@@ -199,6 +211,8 @@ def load(flags: tuple[str, ...], source: Source = KV) -> ctypes.CDLL:
         raise Unavailable(f"{path} does not load: {exc}") from exc
     for name, (restype, argtypes) in source.signatures.items():
         getattr(lib, name).restype, getattr(lib, name).argtypes = restype, argtypes
+    if source.needs is not None and not getattr(lib, source.needs[0])():
+        raise Unavailable(f"built without {source.needs[1]} (this CPU or compiler lacks it)")
     return lib
 
 
@@ -226,3 +240,25 @@ def library(source: Source = KV) -> Loaded:
         return Loaded(lib, _BUILT[name] + (f" (the native build: {failures[0]})" if failures else ""))
     log.warning("%s: no compiled library, the torch reference runs (%s)", source.what, failures[-1])
     return Loaded(None, failures[-1])
+
+
+@dataclass(frozen=True, eq=False)
+class Kernel:
+    """A decode kernel module's library and its call counts: what ran (``native``, ``reference``)."""
+
+    source: Source
+    calls: list[int] = field(default_factory=lambda: [0, 0])  # compiled calls; calls it wanted and did not run
+
+    def lib(self) -> ctypes.CDLL | None:
+        return library(self.source).lib
+
+    def status(self) -> str:
+        """``native`` when the compiled library is loaded, else ``reference`` (``reason`` says why)."""
+        return "native" if self.lib() is not None else "reference"
+
+    def reason(self) -> str:
+        return library(self.source).reason
+
+    def report(self) -> dict:
+        """The plugin report's ``decode_kernels`` entry: what runs, why, and the calls of each."""
+        return {"impl": self.status(), "reason": self.reason(), "calls": dict(zip(("native", "reference"), self.calls))}

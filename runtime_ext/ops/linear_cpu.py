@@ -6,14 +6,14 @@ reads SmolLM2's 30 layers at 9-11 GB/s on this 2-core machine; ``linear_cpu.c`` 
 17-20 GB/s for 1-4 rows (``bench/decode_kernels.py``). It runs a call only when every condition
 below holds, and counts what ran (``CALLS``, the plugin report, ``structserve_decode_kernel_calls`` in ``/metrics``):
 
-- the compiled library is loaded (built by ``cpu_build`` with this CPU's AVX512-BF16; not with
-  ``decode_kernels: reference``, ``RuntimeExtConfig``), and reports the instruction available;
+- the compiled library is loaded (built by ``cpu_build`` with this CPU's AVX512-BF16: a build
+  without it is refused there; not with ``decode_kernels: reference``, ``RuntimeExtConfig``);
 - CPU tensors, input, weight (and bias) bfloat16, no autograd;
 - the weight ``[N, K]`` contiguous, ``K`` a multiple of 32; the input's rows ≤ ``MAX_ROWS`` with its
   last dimension contiguous (rows may be strided, as SGLang's split views are);
 
-otherwise it is torch's ``F.linear`` (``CALLS[REFERENCE]`` only counts calls that wanted the
-kernel and were refused: a prefill's many rows are not counted). The arithmetic is float32 sums
+otherwise it is torch's ``F.linear`` (``CALLS[REFERENCE]`` counts only calls it takes that ran torch's
+for want of a library: a prefill's many rows are not counted). The arithmetic is float32 sums
 of exact bf16 products rounded once (torch's differs by summation order; the test bounds it).
 
 Two places call it (``runtime_ext.decode_hooks``): SGLang's ``UnquantizedLinearMethod.apply``
@@ -25,34 +25,13 @@ from __future__ import annotations
 
 import torch
 
-from runtime_ext.ops.cpu_build import LINEAR, library
+from runtime_ext.ops.cpu_build import LINEAR, Kernel
 
 MAX_ROWS = 8  # 2x torch's at 1-4 rows, 1.1x at 8 (bench/decode_kernels.py); beyond, torch's matmul
 NATIVE, REFERENCE = 0, 1
-CALLS = [0, 0]  # calls the compiled loop ran; calls that wanted it and ran F.linear (refused)
-
-
-def _library():
-    lib = library(LINEAR).lib
-    return lib if lib is not None and lib.linear_available() else None
-
-
-def status() -> str:
-    """``native`` when the compiled loop is loaded and usable here, else ``reference``."""
-    return "native" if _library() is not None else "reference"
-
-
-def reason() -> str:
-    """Why ``status()`` is what it is."""
-    loaded = library(LINEAR)
-    if loaded.lib is not None and not loaded.lib.linear_available():
-        return "built without AVX512-BF16 (this CPU or compiler lacks it)"
-    return loaded.reason
-
-
-def report() -> dict:
-    """The plugin report's ``decode_kernels`` entry for linear layers: what runs, why, the calls of each."""
-    return {"impl": status(), "reason": reason(), "calls": {"native": CALLS[NATIVE], "reference": CALLS[REFERENCE]}}
+KERNEL = Kernel(LINEAR)
+CALLS = KERNEL.calls  # calls the compiled loop ran; calls that wanted it and ran F.linear (no library)
+status, reason, report = KERNEL.status, KERNEL.reason, KERNEL.report
 
 
 def takes(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
@@ -70,14 +49,15 @@ def takes(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> b
     return not torch.is_grad_enabled() or not (x.requires_grad or weight.requires_grad)
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``F.linear(x, weight, bias)``: the compiled loop when it takes the call, else torch's."""
-    if x.dim() != 2 or not 1 <= x.shape[0] <= MAX_ROWS:
-        return torch.nn.functional.linear(x, weight, bias)
-    lib = _library()
-    if lib is None or not takes(x, weight, bias):
+def try_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor | None:
+    """``F.linear(x, weight, bias)`` through the compiled loop, or None when it does not take the call
+    (``takes``) or no library is loaded (counted as a reference call)."""
+    if not takes(x, weight, bias):
+        return None
+    lib = KERNEL.lib()
+    if lib is None:
         CALLS[REFERENCE] += 1
-        return torch.nn.functional.linear(x, weight, bias)
+        return None
     out = torch.empty((x.shape[0], weight.shape[0]), dtype=torch.bfloat16)
     status_code = lib.linear_bf16(
         out.data_ptr(),
@@ -93,3 +73,9 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         raise RuntimeError(f"linear_bf16 refused a call takes() accepted (status {status_code})")
     CALLS[NATIVE] += 1
     return out
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear(x, weight, bias)``: the compiled loop when it takes the call, else torch's."""
+    out = try_linear(x, weight, bias)
+    return torch.nn.functional.linear(x, weight, bias) if out is None else out

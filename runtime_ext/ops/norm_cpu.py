@@ -13,27 +13,12 @@ from __future__ import annotations
 
 import torch
 
-from runtime_ext.ops.cpu_build import NORM, library
+from runtime_ext.ops.cpu_build import NORM, Kernel
 
 NATIVE, REFERENCE = 0, 1
-CALLS = [0, 0]  # calls the compiled loop ran; calls on bf16 rows it did not take (no library)
-
-
-def _library():
-    return library(NORM).lib
-
-
-def status() -> str:
-    return "native" if _library() is not None else "reference"
-
-
-def reason() -> str:
-    return library(NORM).reason
-
-
-def report() -> dict:
-    """The plugin report's ``decode_kernels`` entry for RMSNorm + RoPE: what runs, why, the calls of each."""
-    return {"impl": status(), "reason": reason(), "calls": {"native": CALLS[NATIVE], "reference": CALLS[REFERENCE]}}
+KERNEL = Kernel(NORM)
+CALLS = KERNEL.calls  # calls the compiled loop ran; calls on bf16 rows it could not run (no library)
+status, reason, report = KERNEL.status, KERNEL.reason, KERNEL.report
 
 
 def takes(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor) -> bool:
@@ -52,7 +37,7 @@ def rmsnorm(
     residual), or None when the compiled loop does not take the call."""
     if not takes(x, residual, weight):
         return None
-    lib = _library()
+    lib = KERNEL.lib()
     if lib is None:
         CALLS[REFERENCE] += 1
         return None
@@ -91,7 +76,7 @@ def rope(
     bit for bit), or None when the compiled loop does not take the call."""
     if not rope_takes(positions, q, k, cache, head_size):
         return None
-    lib = _library()
+    lib = KERNEL.lib()
     if lib is None:
         CALLS[REFERENCE] += 1
         return None

@@ -6,7 +6,6 @@ import re
 
 import httpx
 import psutil
-import pytest
 
 from tests import cpu_flags
 
@@ -70,8 +69,9 @@ SMOLLM2_LAYERS = 30
 def test_bf16_decode_runs_the_compiled_linear_and_attention_kernels(smol_server):
     """SmolLM2 in bfloat16: every decode step's linear layers (4 per layer + lm_head, one row each),
     attention (one call per layer), RMSNorm (2 per layer + the final one) and RoPE (1 per layer) run
-    runtime_ext's compiled loops, none falls back to torch,
-    and /metrics says which build loaded (docs/benchmarks.md, "Decode kernels")."""
+    runtime_ext's compiled loops, none falls back to torch, and /metrics says which build loaded
+    (docs/benchmarks.md, "Decode kernels"). On a CPU without AVX-512 / AVX512-BF16 the kernels
+    built for them must run torch's instead, every call, and /metrics must say why."""
 
     def calls() -> tuple[dict[tuple[str, str], int], str]:
         text = httpx.get(f"{smol_server.base_url}/metrics", timeout=30).text
@@ -94,15 +94,12 @@ def test_bf16_decode_runs_the_compiled_linear_and_attention_kernels(smol_server)
         "attention": cpu_flags.has("avx512f"),
         "norm_rope": True,
     }
-    if not all(built.values()):  # a CPU without them runs torch's there, and says so
-        assert not any(f'kernel="{k}",reason="compiled' in text for k, ok in built.items() if not ok), text
-        pytest.skip(f"this CPU lacks what the kernels are built for: {[k for k, ok in built.items() if not ok]}")
-    for kernel in built:
-        assert (
-            f'structserve_decode_kernels{{impl="native",kernel="{kernel}",reason="compiled for this CPU"}} 1.0' in text
-        )
+    for kernel, ok in built.items():  # a CPU without what a kernel is built for runs torch's and says why
+        impl, reason = ("native", "compiled for this CPU") if ok else ("reference", "built without")
+        assert f'structserve_decode_kernels{{impl="{impl}",kernel="{kernel}",reason="{reason}' in text, text
     grew = {key: after[key] - before.get(key, 0) for key in after}
-    assert grew[("linear", "native")] >= (4 * SMOLLM2_LAYERS + 1) * decode_steps, grew
-    assert grew[("attention", "native")] >= SMOLLM2_LAYERS * decode_steps, grew
-    assert grew[("norm_rope", "native")] >= (3 * SMOLLM2_LAYERS + 1) * decode_steps, grew  # 2 norms + RoPE per layer
-    assert all(after.get((kernel, "reference"), 0) == 0 for kernel in ("linear", "attention", "norm_rope")), after
+    per_step = {"linear": 4 * SMOLLM2_LAYERS + 1, "attention": SMOLLM2_LAYERS, "norm_rope": 3 * SMOLLM2_LAYERS + 1}
+    for kernel, calls_per_step in per_step.items():  # norm_rope: 2 norms + RoPE per layer, and the final norm
+        ran, other = ("native", "reference") if built[kernel] else ("reference", "native")
+        assert grew.get((kernel, ran), 0) >= calls_per_step * decode_steps, (kernel, grew)
+        assert after.get((kernel, other), 0) == 0, (kernel, after)

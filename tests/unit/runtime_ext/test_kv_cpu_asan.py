@@ -1,4 +1,5 @@
-"""The C8 KV kernel tests run clean under AddressSanitizer, and that run can fail.
+"""The compiled kernels' tests (C8 KV; decode's linear, attention, RMSNorm/RoPE) run clean under
+AddressSanitizer, and that run can fail.
 
 A child process builds the library with ``-fsanitize=address`` (``STRUCTSERVE_KERNEL_SANITIZE``,
 into a fresh cache) and runs the equality and bounds tests with ASan's runtime preloaded (Python
@@ -21,7 +22,14 @@ from pathlib import Path
 from runtime_ext.ops import cpu_build as kv_cpu_build
 
 ROOT = Path(__file__).resolve().parents[3]
-KERNEL_TESTS = ["tests/unit/runtime_ext/test_kv_cpu.py", "tests/unit/runtime_ext/test_kv_cpu_bounds.py"]
+KERNEL_TESTS = [
+    "tests/unit/runtime_ext/test_kv_cpu.py",
+    "tests/unit/runtime_ext/test_kv_cpu_bounds.py",
+    "tests/unit/runtime_ext/test_linear_cpu.py",
+    "tests/unit/runtime_ext/test_attention_cpu.py",
+    "tests/unit/runtime_ext/test_norm_cpu.py",
+]
+DECODE_STEMS = ("linear_cpu", "attention_cpu", "norm_cpu")  # this CPU's build of each (the tests need it)
 
 
 def _runtime(name: str) -> str:
@@ -56,6 +64,9 @@ def test_the_kernel_tests_pass_under_address_sanitizer(tmp_path):
     builds = list((tmp_path / "cache").glob("kv_cpu-*.so"))
     assert len(builds) == 2, builds  # this CPU's and the portable one, both instrumented:
     assert all(b"__asan_report_load" in build.read_bytes() for build in builds)
+    for stem in DECODE_STEMS:
+        decode = list((tmp_path / "cache").glob(f"{stem}-*.so"))
+        assert decode and all(b"__asan_report_load" in build.read_bytes() for build in decode), (stem, decode)
 
 
 CANARY = textwrap.dedent(

@@ -112,3 +112,12 @@ def test_the_reference_setting_turns_it_off(monkeypatch):
     finally:
         monkeypatch.delenv("STRUCTSERVE_DECODE_KERNELS")
         library.cache_clear()
+
+
+def test_a_build_without_avx512_bf16_is_not_loaded():
+    """The portable build (no -march) compiles the loop out: cpu_build refuses to load it, so a loaded
+    library always runs the loop (the probe is asked once, at load, not per call)."""
+    from runtime_ext.ops import cpu_build
+
+    with pytest.raises(cpu_build.Unavailable, match="built without AVX512-BF16"):
+        cpu_build.load(cpu_build.PORTABLE_FLAGS, cpu_build.LINEAR)
