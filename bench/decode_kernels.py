@@ -1,7 +1,7 @@
 """Decode with runtime_ext's compiled decode kernels vs torch's, side by side in one run.
 
 Two in-process ``sglang.Engine``s on SmolLM2-135M (bf16, runtime_ext's attention backend), one with
-``decode_kernels: native`` (bf16 linear layers of 1-8 rows through ``runtime_ext/ops/linear_cpu``,
+``decode_kernels: native`` (bf16 linear layers of 1-64 rows through ``runtime_ext/ops/linear_cpu``,
 decode attention over the pool in place through ``attention_cpu``), one with ``reference`` (torch's
 ``F.linear`` and the gather + SDPA path), driven alternately (which goes first alternates by round).
 Decode speed is differential, so prefill never counts: each batch of ``--context``-token prompts is
@@ -94,6 +94,9 @@ def engine_table(model: Path, windows: list[list[int]], args) -> Table:
     return table
 
 
+ROWS = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # those the loaded library takes
+
+
 def linear_table(args) -> Table:
     import torch
     import torch.nn.functional as F
@@ -103,9 +106,12 @@ def linear_table(args) -> Table:
     shapes = [(960, 576), (576, 576), (3072, 576), (576, 1536)]  # SmolLM2: QKV, O, gate/up, down
     weights = [[torch.randn(n, k).bfloat16() for n, k in shapes] for _ in range(30)]
     table = Table(title="30 layers' linear products alone (SmolLM2 shapes, distinct weights), ms")
-    for col in ("rows", "torch F.linear", "compiled loop", "torch / loop", "loop GB/s"):
+    for col in ("rows", "compiled", "torch F.linear", "compiled loop", "torch / loop", "loop GB/s"):
         table.add_column(col, justify="right")
-    for rows in range(1, linear_cpu.MAX_ROWS + 1):
+    for rows in ROWS:
+        if rows > linear_cpu.max_rows(576):
+            continue
+        path = "AMX tiles" if rows > 4 and linear_cpu.amx() else "dot products"
         xs = {k: torch.randn(rows, k).bfloat16() for k in (576, 1536)}
         times: dict[str, list[float]] = {"torch": [], "loop": []}
         for _ in range(args.rounds * 3):
@@ -116,13 +122,13 @@ def linear_table(args) -> Table:
                         fn(xs[w.shape[1]], w)
                 times[name].append((time.perf_counter() - t0) * 1e3)
         t, c = statistics.median(times["torch"]), statistics.median(times["loop"])
-        table.add_row(str(rows), f"{t:.1f}", f"{c:.1f}", f"{t / c:.2f}×", f"{30 * 576 * 6144 * 2 / c / 1e6:.1f}")
+        table.add_row(str(rows), path, f"{t:.1f}", f"{c:.1f}", f"{t / c:.2f}×", f"{30 * 576 * 6144 * 2 / c / 1e6:.1f}")
     return table
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--batches", default="1,2,4,8")
+    parser.add_argument("--batches", default="1,4,8,16,32")
     parser.add_argument("--context", type=int, default=256)
     parser.add_argument("--new", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3)

@@ -64,6 +64,8 @@ SIGNATURES = {  # kv_cpu.c's calls: (return type, argument types)
 LINEAR_SIGNATURES = {  # linear_cpu.c's calls
     "linear_available": (_I, []),
     "linear_bf16": (_I, [_P, _P, _I64, _P, _P, _I, _I64, _I64]),
+    "linear_dot_bf16": (_I, [_P, _P, _I64, _P, _P, _I, _I64, _I64]),
+    "linear_max_rows": (_I, [_I64]),
 }
 ATTENTION_SIGNATURES = {  # attention_cpu.c's calls
     "attention_available": (_I, []),

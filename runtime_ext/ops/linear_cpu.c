@@ -1,6 +1,9 @@
-/* A bfloat16 linear layer for a few rows on the CPU: y[M, N] = x[M, K] · w[N, K]ᵀ (+ bias[N]),
- * M <= 8 (in blocks of four), K a multiple of 32, called by linear_cpu.py (which checks every shape, dtype, stride
- * and the library's presence before it calls; anything else runs torch's F.linear).
+/* A bfloat16 linear layer for a few rows on the CPU: y[M, N] = x[M, K] · w[N, K]ᵀ (+ bias[N]), K a
+ * multiple of 32, called by linear_cpu.py (which checks every shape, dtype, stride and the library's
+ * presence before it calls; anything else runs torch's F.linear). Two loops:
+ * - M <= 4 (and M <= 8 without AMX): AVX512-BF16 dot products, below;
+ * - 5 <= M <= AMX_MAX_ROWS with N a multiple of 32, where the CPU has AMX and the kernel lets this
+ *   process use it: AMX tiles (linear_amx.h).
  *
  * Why: at decode batch 1-8 a linear layer reads its whole weight to make a few outputs. torch's
  * bfloat16 path reads SmolLM2's weights at 9-11 GB/s on this 2-core machine; this loop streams
@@ -28,7 +31,12 @@
 #define HAVE_BF16_DOT 0
 #endif
 
+#include "linear_amx.h"
+
 int linear_available(void) { return HAVE_BF16_DOT; }
+
+/* The most rows linear_bf16 takes for an output width N. */
+int linear_max_rows(int64_t N) { return amx_usable() && N % 32 == 0 ? AMX_MAX_ROWS : 8; }
 
 #if HAVE_BF16_DOT
 /* Rows n .. n + nr - 1 (nr <= 4) of y for the MM input rows: the weight rows are read once. */
@@ -63,9 +71,10 @@ BLOCK(3)
 BLOCK(4)
 #endif
 
-/* y[M, N] (contiguous), x rows xs elements apart, w[N, K] contiguous, bias[N] or NULL. */
-int linear_bf16(uint16_t *y, const uint16_t *x, int64_t xs, const uint16_t *w, const uint16_t *bias, int M,
-                int64_t N, int64_t K) {
+/* y[M, N] (contiguous), x rows xs elements apart, w[N, K] contiguous, bias[N] or NULL: the dot-product
+ * loop alone (M <= 8; linear_bf16 picks it for 1-4 rows, the tests call it for 5-8). */
+int linear_dot_bf16(uint16_t *y, const uint16_t *x, int64_t xs, const uint16_t *w, const uint16_t *bias, int M,
+                    int64_t N, int64_t K) {
 #if HAVE_BF16_DOT
     if (M < 1 || M > 8 || K % 32 != 0 || N < 1) return -2;
     int64_t blocks = (N + 3) / 4;
@@ -89,4 +98,12 @@ int linear_bf16(uint16_t *y, const uint16_t *x, int64_t xs, const uint16_t *w, c
     (void)y, (void)x, (void)xs, (void)w, (void)bias, (void)M, (void)N, (void)K;
     return -1;
 #endif
+}
+
+/* linear_bf16: tiles for 5 to AMX_MAX_ROWS rows where amx_usable(), else the dot-product loop. */
+int linear_bf16(uint16_t *y, const uint16_t *x, int64_t xs, const uint16_t *w, const uint16_t *bias, int M,
+                int64_t N, int64_t K) {
+    if (M < 1 || M > linear_max_rows(N) || K % 32 != 0 || N < 1) return -2;
+    if (M > 4 && N % 32 == 0 && amx_usable()) return linear_amx(y, x, xs, w, bias, M, N, K);
+    return linear_dot_bf16(y, x, xs, w, bias, M, N, K);
 }

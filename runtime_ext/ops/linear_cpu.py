@@ -1,16 +1,20 @@
 """Decode's bfloat16 linear layers on the CPU, one compiled call each (``linear_cpu.c``).
 
-At decode batch 1-8 a linear layer is a matrix-vector product: it reads all its weights for a few
-outputs, so its speed is the rate the weights stream from memory. torch's bfloat16 ``F.linear``
-reads SmolLM2's 30 layers at 9-11 GB/s on this 2-core machine; ``linear_cpu.c`` reads them at
-17-20 GB/s for 1-4 rows (``bench/decode_kernels.py``). It runs a call only when every condition
-below holds, and counts what ran (``CALLS``, the plugin report, ``structserve_decode_kernel_calls`` in ``/metrics``):
+At decode batch 1-64 a linear layer reads all its weights for a few outputs, so its speed is the
+rate the weights stream from memory. torch's bfloat16 ``F.linear`` reads SmolLM2's 30 layers at
+9-11 GB/s on this 2-core machine; ``linear_cpu.c`` reads them at 17-20 GB/s for 1-4 rows
+(AVX512-BF16 dot products) and, where the CPU has AMX, at about the same rate up to 16 rows and
+1.5x torch's up to 32 (``linear_amx.h``, tiles; ``bench/decode_kernels.py``). It runs a call only
+when every condition below holds, and counts what ran (``CALLS``, the plugin report,
+``structserve_decode_kernel_calls`` in ``/metrics``):
 
 - the compiled library is loaded (built by ``cpu_build`` with this CPU's AVX512-BF16: a build
   without it is refused there; not with ``decode_kernels: reference``, ``RuntimeExtConfig``);
 - CPU tensors, input, weight (and bias) bfloat16, no autograd;
-- the weight ``[N, K]`` contiguous, ``K`` a multiple of 32; the input's rows ≤ ``MAX_ROWS`` with its
-  last dimension contiguous (rows may be strided, as SGLang's split views are);
+- the weight ``[N, K]`` contiguous, ``K`` a multiple of 32; the input's last dimension contiguous
+  (rows may be strided, as SGLang's split views are) and its rows ≤ ``MAX_ROWS``, or ≤
+  ``AMX_MAX_ROWS`` when the library runs AMX tiles (``amx()``: the CPU has them and Linux lets this
+  process use them) and ``N`` is a multiple of 32;
 
 otherwise it is torch's ``F.linear`` (``CALLS[REFERENCE]`` counts only calls it takes that ran torch's
 for want of a library: a prefill's many rows are not counted). The arithmetic is float32 sums
@@ -18,20 +22,44 @@ of exact bf16 products rounded once (torch's differs by summation order; the tes
 
 Two places call it (``runtime_ext.decode_hooks``): SGLang's ``UnquantizedLinearMethod.apply``
 (every unquantized linear layer) and the logits processor's ``lm_head`` product. Quantized
-methods, NPU tensors and batches above ``MAX_ROWS`` never reach it.
+methods, NPU tensors and larger batches (a prefill's) never reach it.
 """
 
 from __future__ import annotations
+
+from functools import cache
 
 import torch
 
 from runtime_ext.ops.cpu_build import LINEAR, Kernel
 
-MAX_ROWS = 8  # 2x torch's at 1-4 rows, 1.1x at 8 (bench/decode_kernels.py); beyond, torch's matmul
+MAX_ROWS = 8  # the dot-product loop: 2x torch's at 1-4 rows, 1.1x at 8 (bench/decode_kernels.py)
+AMX_MAX_ROWS = 64  # tiles from 5 rows (linear_amx.h); beyond 64, torch's matmul is as fast
 NATIVE, REFERENCE = 0, 1
 KERNEL = Kernel(LINEAR)
 CALLS = KERNEL.calls  # calls the compiled loop ran; calls that wanted it and ran F.linear (no library)
-status, reason, report = KERNEL.status, KERNEL.reason, KERNEL.report
+status, reason = KERNEL.status, KERNEL.reason
+
+
+@cache
+def _amx(lib: object) -> bool:
+    return int(lib.linear_max_rows(32)) == AMX_MAX_ROWS  # type: ignore[attr-defined]
+
+
+def amx() -> bool:
+    """Whether the loaded library multiplies 5 to ``AMX_MAX_ROWS`` rows on AMX tiles."""
+    lib = KERNEL.lib()
+    return lib is not None and _amx(lib)
+
+
+def max_rows(out_features: int) -> int:
+    """The most input rows the compiled loop takes for a weight of ``out_features`` rows."""
+    return AMX_MAX_ROWS if out_features % 32 == 0 and amx() else MAX_ROWS
+
+
+def report() -> dict:
+    """The plugin report's entry: ``KERNEL.report()`` and whether 5+ rows run on AMX tiles."""
+    return {**KERNEL.report(), "amx": amx()}
 
 
 def takes(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
@@ -40,7 +68,9 @@ def takes(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> b
         return False
     if weight.dim() != 2 or not weight.is_contiguous() or weight.shape[1] % 32 or x.shape[-1] != weight.shape[1]:
         return False
-    if x.dim() != 2 or not 1 <= x.shape[0] <= MAX_ROWS or x.stride(-1) != 1:
+    if x.dim() != 2 or x.shape[0] < 1 or x.stride(-1) != 1:
+        return False
+    if x.shape[0] > MAX_ROWS and x.shape[0] > max_rows(weight.shape[0]):
         return False
     if bias is not None and (bias.dtype != torch.bfloat16 or bias.dim() != 1 or not bias.is_contiguous()):
         return False
