@@ -6,11 +6,12 @@ loaded through its entry point, ``structserve serve`` (bf16 KV) and ``structserv
 with the C8-D cache. Sends each the same streamed greedy chat requests (prompts cut from
 real text) and prints, per concurrency, the median over ``--rounds`` alternating rounds of TTFT p50
 and output tokens/s with their min–max, ratios of the medians to the anchor, and the share
-of greedy completions identical to the anchor's; then the same prompts through HF
-transformers ``generate`` (batch = concurrency, greedy, in this process) for the same
-table. Every server (and HF) must have seen the same prompt tokens (``usage.prompt_tokens``
-summed per round): if not, the run fails naming the sums. The attention backend column is
-what each server reports (structserve's /metrics, SGLang's /server_info).
+of greedy completions identical to the anchor's; the same prompts also go through HF
+transformers ``generate`` (batch = concurrency, greedy, in this process, every server frozen),
+as one more participant in each round's rotation, so machine drift hits it as it hits the servers.
+Every server (and HF) must have seen the same prompt tokens (``usage.prompt_tokens`` summed per
+round): if not, the run fails naming the sums. The attention backend column is what each server
+reports (structserve's /metrics, SGLang's /server_info).
 
     .venv/bin/python bench/serve_overhead.py            # SmolLM2, concurrency 1 8 32
     .venv/bin/python bench/serve_overhead.py --model DIR --concurrency 1 8 --max-tokens 32
@@ -147,33 +148,48 @@ def round_order(names: list[str], rnd: int) -> list[str]:
 Runs = dict[str, dict[int, list[Result]]]  # server -> concurrency -> one Result per round
 
 
+HF = "HF generate"
+
+
 def measure(model: Path, args: argparse.Namespace, texts_for: dict[int, list[str]]) -> tuple[Runs, dict, dict]:
     """All servers up at once, the ones not measured frozen with SIGSTOP (an idle SGLang
-    scheduler still spins its OpenMP threads); each level runs ``rounds`` times per server.
-    Also returns each server's runtime_ext state and attention backend, as it reports them."""
+    scheduler still spins its OpenMP threads); each level runs ``rounds`` times per server and
+    for HF (unless ``--no-hf``; all servers frozen then). Also returns each server's runtime_ext
+    state and attention backend, as it reports them."""
     ports = {name: free_port() for name in args.servers}
     procs = {name: launch(name, model, port) for name, port in ports.items()}
-    runs: Runs = {n: {c: [] for c in args.concurrency} for n in ports}
+    participants = list(ports) + ([] if args.no_hf else [HF])
+    runs: Runs = {n: {c: [] for c in args.concurrency} for n in participants}
     try:
         for c in args.concurrency:
             for rnd in range(args.rounds):
-                for name in round_order(list(ports), rnd):
+                for name in round_order(participants, rnd):
                     others = [p for n, p in procs.items() if n != name]
                     for proc in others:
                         signal_tree(proc, signal.SIGSTOP)
                     try:
-                        base = f"http://127.0.0.1:{ports[name]}"
-                        result = asyncio.run(run_level(base, model.name, texts_for[c], c, args.max_tokens))
+                        runs[name][c].append(run_one(name, ports.get(name), model, args, texts_for[c], c))
                     finally:
                         for proc in others:
                             signal_tree(proc, signal.SIGCONT)
-                    runs[name][c].append(result)
         states = {name: plugin_state(name, port) for name, port in ports.items()}
         backends = {name: attention_backend(name, port) for name, port in ports.items()}
     finally:
         for proc in procs.values():
             stop(proc)
+    if not args.no_hf:
+        backends[HF] = "transformers (in process)"
     return runs, states, backends
+
+
+def run_one(name: str, port: int | None, model: Path, args: argparse.Namespace, texts: list[str], c: int) -> Result:
+    """One level of one participant: a server over HTTP, or HF ``generate`` in this process."""
+    if name == HF:
+        from bench.hf_generate import hf_level
+
+        ttfts, n, wall, n_prompt, hf_texts = hf_level(args.model, texts, c, args.max_tokens)
+        return Result(ttfts, n, wall, 0, n_prompt, hf_texts)
+    return asyncio.run(run_level(f"http://127.0.0.1:{port}", model.name, texts, c, args.max_tokens))
 
 
 def check_same_prompts(runs: Runs) -> None:
@@ -227,17 +243,6 @@ def table(runs: Runs, backends: dict[str, str], args: argparse.Namespace) -> Tab
     return t
 
 
-def hf_runs(args: argparse.Namespace, texts_for: dict[int, list[str]]) -> dict[int, list[Result]]:
-    """HF ``generate`` on the same prompts, ``rounds`` times per level."""
-    from bench.hf_generate import hf_level
-
-    runs: dict[int, list[Result]] = {}
-    for c in args.concurrency:
-        levels = [hf_level(args.model, texts_for[c], c, args.max_tokens) for _ in range(args.rounds)]
-        runs[c] = [Result(ttfts, n, wall, 0, n_prompt, texts) for ttfts, n, wall, n_prompt, texts in levels]
-    return runs
-
-
 def main() -> None:
     from assets import model_dir
 
@@ -255,9 +260,6 @@ def main() -> None:
     texts = prompts(max(n_max, args.requests_per_level) + 2)
     texts_for = {c: texts[: (args.requests_per_level or max(8, 2 * c))] for c in args.concurrency}
     runs, states, backends = measure(args.model, args, texts_for)
-    if not args.no_hf:
-        runs["HF generate"] = hf_runs(args, texts_for)
-        backends["HF generate"] = "transformers (in process)"
     console = Console(width=200)
     console.print(table(runs, backends, args))
     for name, state in states.items():

@@ -1,7 +1,7 @@
-"""Decode's bfloat16 linear layers and RMSNorm through runtime_ext's compiled CPU kernels
-(``runtime_ext.ops.linear_cpu``, ``norm_cpu``; imports sglang lazily).
+"""Decode's bfloat16 linear layers, RMSNorm, RoPE and seeded sampling through runtime_ext's compiled CPU
+kernels (``runtime_ext.ops.linear_cpu``, ``norm_cpu``, ``sample_cpu``; imports sglang lazily).
 
-Four AROUND hooks, each handing the call to SGLang unchanged unless the kernel takes it:
+Five AROUND hooks, each handing the call to SGLang unchanged unless the kernel takes it:
 
 - ``UnquantizedLinearMethod.apply(layer, x, bias)``: SGLang's method of every unquantized linear
   layer (QKV, O, gate/up, down). SGLang's own CPU route (the AMX ``weight_packed_linear``, when
@@ -16,6 +16,9 @@ Four AROUND hooks, each handing the call to SGLang unchanged unless the kernel t
 - ``RotaryEmbedding.forward_native(positions, q, k)``: likewise, taken for the base class's own
   rotation (a subclass with its own ``forward_native``, a precomputed ``sin_cos_cache``, a compiled
   rotation, offsets or a fused KV store go to SGLang), bit for bit the same.
+- ``sampler.multinomial_with_seed(logprobs, seed, positions)``: SGLang's seeded Gumbel-max draw, which
+  every sampled request takes (runtime_ext seeds them all: ``fixes/sampling_seed.py``); the same
+  arithmetic per element, the entries that cannot win skipped.
 
 All are for the CPU engine only: an NPU or CUDA tensor never satisfies ``takes``, and in a process
 where SGLang runs on an NPU (``is_npu()``) nothing is taken either: under the torch_npu twin NPU tensors
@@ -27,12 +30,13 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from runtime_ext.ops import linear_cpu, norm_cpu
+from runtime_ext.ops import linear_cpu, norm_cpu, sample_cpu
 
 LINEAR_TARGET = "sglang.srt.layers.quantization.unquant.UnquantizedLinearMethod.apply"
 LM_HEAD_TARGET = "sglang.srt.layers.logits_processor.LogitsProcessor._compute_lm_head"
 RMSNORM_TARGET = "sglang.srt.layers.layernorm.RMSNorm.forward_native"
 ROPE_TARGET = "sglang.srt.layers.rotary_embedding.base.RotaryEmbedding.forward_native"
+SAMPLE_TARGET = "sglang.srt.layers.sampler.multinomial_with_seed"
 
 
 @cache
@@ -115,8 +119,17 @@ def rope_cpu(original: Any, rope: Any, positions: Any, q: Any, k: Any, offsets: 
     return original(rope, positions, q, k, offsets, fused)
 
 
+def seeded_sample(original: Any, logprobs: Any, seed: Any, positions: Any) -> Any:
+    if positions is not None and not _npu_engine():
+        drawn = sample_cpu.sample(logprobs, seed, positions)
+        if drawn is not None:
+            return drawn
+    return original(logprobs, seed, positions)
+
+
 def register(hooks: Any, hook_type: Any) -> None:
     hooks.register(LINEAR_TARGET, linear_apply, hook_type.AROUND)
     hooks.register(LM_HEAD_TARGET, compute_lm_head, hook_type.AROUND)
     hooks.register(RMSNORM_TARGET, rmsnorm_cpu, hook_type.AROUND)
     hooks.register(ROPE_TARGET, rope_cpu, hook_type.AROUND)
+    hooks.register(SAMPLE_TARGET, seeded_sample, hook_type.AROUND)

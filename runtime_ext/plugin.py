@@ -68,10 +68,16 @@ def _fast_forward_report() -> dict[str, Any]:
 
 
 def _decode_kernels() -> dict[str, Any]:
-    """What runs decode's bf16 linear layers, attention and RMSNorm on the CPU, why, the calls of each."""
-    from runtime_ext.ops import attention_cpu, linear_cpu, norm_cpu
+    """What runs decode's bf16 linear layers, attention, RMSNorm/RoPE and seeded sampling on the CPU, why,
+    the calls of each."""
+    from runtime_ext.ops import attention_cpu, linear_cpu, norm_cpu, sample_cpu
 
-    return {"linear": linear_cpu.report(), "attention": attention_cpu.report(), "norm_rope": norm_cpu.report()}
+    return {
+        "linear": linear_cpu.report(),
+        "attention": attention_cpu.report(),
+        "norm_rope": norm_cpu.report(),
+        "sampling": sample_cpu.report(),
+    }
 
 
 def _kv_kernel_calls() -> dict[str, Any]:

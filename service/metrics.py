@@ -81,14 +81,15 @@ KV_KERNEL_CALLS = Gauge(
 )
 DECODE_KERNELS = Gauge(
     "structserve_decode_kernels",
-    "1 for what runs decode's bf16 linear layers (1-8 rows) and attention on the CPU, per kernel: native "
-    "(compiled) or reference (torch), with why (the build loaded, configured, no AVX512-BF16, ...)",
+    "1 for what runs decode's bf16 linear layers (1-64 rows), attention, RMSNorm/RoPE and seeded sampling on "
+    "the CPU, per kernel: native (compiled) or reference (torch), with why (the build loaded, configured, "
+    "no AVX512-BF16, ...)",
     ["kernel", "impl", "reason"],
     registry=REGISTRY,
 )
 DECODE_KERNEL_CALLS = Gauge(
     "structserve_decode_kernel_calls",
-    "Decode's linear/attention calls on the CPU by what ran them: native (compiled) or reference (torch: "
+    "Decode's linear/attention/norm/sampling calls on the CPU by what ran them: native (compiled) or reference (torch: "
     "no library, or a call the kernel does not take, e.g. a float32 model or a C8 pool's attention)",
     ["kernel", "impl"],
     registry=REGISTRY,

@@ -1,6 +1,7 @@
 """Build and load runtime_ext's compiled CPU libraries, or say why not: the C8 KV store and read
-(``kv_cpu.c``, called by ``kv_cpu``) and decode's bfloat16 kernels: the few-row linear
-(``linear_cpu``), attention over the pool (``attention_cpu``), RMSNorm and RoPE (``norm_cpu``). Each is
+(``kv_cpu.c``, called by ``kv_cpu``) and decode's kernels: the few-row bf16 linear
+(``linear_cpu``), attention over the pool (``attention_cpu``), RMSNorm and RoPE (``norm_cpu``), the seeded
+sampler (``sample_cpu``). Each is
 a ``Source``; everything below holds for all.
 
 Build: the host's C compiler (``$CC``, default ``cc``), OpenMP, into ``$STRUCTSERVE_KERNEL_CACHE``
@@ -109,6 +110,13 @@ NORM_SIGNATURES = {  # norm_cpu.c's calls
     "rope_bf16": (_I, [_P, _P, _P, _I64, _P, _I64, _P, _I64, _P, _I, _I64, _I, _I, _I, _I, _I]),
 }
 NORM = Source("norm_cpu", SOURCE.with_name("norm_cpu.c"), NORM_SIGNATURES, "RMSNorm/RoPE kernel", _decode_off)
+SAMPLE = Source(
+    "sample_cpu",
+    SOURCE.with_name("sample_cpu.c"),
+    {"seeded_gumbel_argmax": (_I, [_P, _P, _I64, _P, _P, _I, _I64, _P, _P])},
+    "seeded sampling kernel",
+    _decode_off,
+)
 ATTENTION = Source(
     "attention_cpu",
     SOURCE.with_name("attention_cpu.c"),
@@ -191,7 +199,7 @@ def compiled(flags: tuple[str, ...], source: Source = KV) -> Path:
             raise Unavailable(f"cache not trusted: {why}")
         if not target.exists():
             tmp = target.with_suffix(f".{os.getpid()}.tmp")
-            cmd = [compiler, *flags, "-shared", "-fPIC", "-o", str(tmp), str(source.path)]
+            cmd = [compiler, *flags, "-shared", "-fPIC", "-o", str(tmp), str(source.path), "-lm"]
             subprocess.run(cmd, check=True, capture_output=True, timeout=120)
             os.chmod(tmp, 0o755)  # whatever the umask: never writable by group or others
             tmp.replace(target)

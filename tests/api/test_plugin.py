@@ -103,3 +103,29 @@ def test_bf16_decode_runs_the_compiled_linear_and_attention_kernels(smol_server)
         ran, other = ("native", "reference") if built[kernel] else ("reference", "native")
         assert grew.get((kernel, ran), 0) >= calls_per_step * decode_steps, (kernel, grew)
         assert after.get((kernel, other), 0) == 0, (kernel, after)
+
+
+def test_sampled_decode_draws_through_the_compiled_seeded_sampler(smol_server):
+    """A sampled request (temperature 0.8, OpenAI's ``seed``) draws every token through runtime_ext's
+    compiled seeded sampler, none through SGLang's torch one, and the same seed repeats its text."""
+
+    def calls() -> dict[str, int]:
+        text = httpx.get(f"{smol_server.base_url}/metrics", timeout=30).text
+        return {impl: int(n) for impl, kernel, n in KERNEL_CALLS_RE.findall(text) if kernel == "sampling"}
+
+    before = calls()
+    body = {
+        "model": smol_server.model_name,
+        "messages": [{"role": "user", "content": "Write a line about the sea."}],
+        "max_tokens": 12,
+        "temperature": 0.8,
+        "seed": 1234,
+    }
+    replies = [httpx.post(f"{smol_server.base_url}/v1/chat/completions", json=body, timeout=300) for _ in range(2)]
+    assert all(r.status_code == 200 for r in replies), [r.text for r in replies]
+    texts = [r.json()["choices"][0]["message"]["content"] for r in replies]
+    assert texts[0] == texts[1], texts
+    tokens = sum(r.json()["usage"]["completion_tokens"] for r in replies)
+    after = calls()
+    assert after.get("native", 0) - before.get("native", 0) >= tokens, (before, after, tokens)
+    assert after.get("reference", 0) == 0, after

@@ -1,4 +1,4 @@
-"""The compiled kernels' tests (C8 KV; decode's linear, attention, RMSNorm/RoPE) run clean under
+"""The compiled kernels' tests (C8 KV; decode's linear, attention, RMSNorm/RoPE, seeded sampling) run clean under
 AddressSanitizer, and that run can fail.
 
 A child process builds the library with ``-fsanitize=address`` (``STRUCTSERVE_KERNEL_SANITIZE``,
@@ -28,8 +28,9 @@ KERNEL_TESTS = [
     "tests/unit/runtime_ext/test_linear_cpu.py",
     "tests/unit/runtime_ext/test_attention_cpu.py",
     "tests/unit/runtime_ext/test_norm_cpu.py",
+    "tests/unit/runtime_ext/test_sample_cpu.py",
 ]
-DECODE_STEMS = ("linear_cpu", "attention_cpu", "norm_cpu")  # this CPU's build of each (the tests need it)
+DECODE_STEMS = ("linear_cpu", "attention_cpu", "norm_cpu", "sample_cpu")  # this CPU's build of each (the tests need it)
 
 
 def _runtime(name: str) -> str:
