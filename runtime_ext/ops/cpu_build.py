@@ -262,6 +262,13 @@ class Kernel:
     def lib(self) -> ctypes.CDLL | None:
         return library(self.source).lib
 
+    def runnable(self) -> ctypes.CDLL | None:
+        """The library for a call the kernel takes, or None (counted: it runs torch's for want of one)."""
+        lib = self.lib()
+        if lib is None:
+            self.calls[1] += 1
+        return lib
+
     def status(self) -> str:
         """``native`` when the compiled library is loaded, else ``reference`` (``reason`` says why)."""
         return "native" if self.lib() is not None else "reference"
