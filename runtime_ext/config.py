@@ -26,10 +26,11 @@ Knobs:
 - ``kv_kernels``: ``native`` (the C8 KV store and read compiled for this CPU, ``runtime_ext.ops.kv_cpu``;
   equal to the reference) or ``reference`` (the torch reference only, for A/B measurements). Like
   ``attention`` it has no service setting: the environment's value is kept.
-- ``decode_kernels``: ``native`` (on the CPU: bfloat16 linear layers of 1-8 rows, decode attention
-  over the bf16 pool, RMSNorm and RoPE through the compiled loops of ``runtime_ext.ops.linear_cpu``
-  / ``attention_cpu`` / ``norm_cpu``; equal to torch's up to float32 summation order, RoPE bit for
-  bit) or ``reference`` (torch only, for A/B measurements). No service setting either.
+- ``decode_kernels``: ``native`` (on the CPU: bfloat16 linear layers of 1-64 rows, decode attention
+  over the bf16 pool, RMSNorm and RoPE, seeded sampling through the compiled loops of
+  ``runtime_ext.ops.linear_cpu`` / ``attention_cpu`` / ``norm_cpu`` / ``sample_cpu``; equal to torch's up
+  to float32 summation order, RoPE bit for bit, the draws SGLang's) or ``reference`` (torch only, for
+  A/B measurements). No service setting either.
 - ``fast_forward``: tokens an llguidance grammar forces are appended and computed in one extend
   step instead of one decode step each (``runtime_ext.grammar_fast_forward``).
 """
