@@ -9,7 +9,8 @@ default, bf16 weights as served):
   best GFLOP/s of ``torch.mm`` at 2048 x 2048 x 2048);
 - **matmuls as served**: the model's own linear layers at batch B in its order (q, k, v, o, gate,
   up, down per layer, then the tied ``lm_head``) as the server runs them in bf16: through
-  runtime_ext's compiled loop for 1-8 rows (``runtime_ext.ops.linear_cpu``), else
+  runtime_ext's compiled loops for 1-64 rows (``runtime_ext.ops.linear_cpu``: AMX tiles from 5
+  rows where the CPU has them, up to 8 rows otherwise), else
   ``torch.nn.functional.linear``; and torch's alone beside it. The time of one step's matmuls
   alone, no attention, norms, sampling or serving.
 
