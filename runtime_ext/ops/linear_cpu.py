@@ -42,19 +42,20 @@ status, reason = KERNEL.status, KERNEL.reason
 
 
 @cache
-def _amx(lib: object) -> bool:
-    return int(lib.linear_max_rows(32)) == AMX_MAX_ROWS  # type: ignore[attr-defined]
+def _max_rows(lib: object, out_features: int) -> int:
+    return int(lib.linear_max_rows(out_features))  # type: ignore[attr-defined]
+
+
+def max_rows(out_features: int) -> int:
+    """The most input rows the compiled loop takes for a weight of ``out_features`` rows (the library
+    says: ``AMX_MAX_ROWS`` on tiles for a multiple of 32, else ``MAX_ROWS``)."""
+    lib = KERNEL.lib()
+    return MAX_ROWS if lib is None else _max_rows(lib, out_features)
 
 
 def amx() -> bool:
     """Whether the loaded library multiplies 5 to ``AMX_MAX_ROWS`` rows on AMX tiles."""
-    lib = KERNEL.lib()
-    return lib is not None and _amx(lib)
-
-
-def max_rows(out_features: int) -> int:
-    """The most input rows the compiled loop takes for a weight of ``out_features`` rows."""
-    return AMX_MAX_ROWS if out_features % 32 == 0 and amx() else MAX_ROWS
+    return max_rows(32) == AMX_MAX_ROWS
 
 
 def report() -> dict:
