@@ -65,6 +65,17 @@ static inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
     return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
 }
 
+/* A request's rows sit in pages scattered over the pool, each row's head a slice of it: the hardware
+ * prefetchers do not follow them, and the two passes waited on memory for every row (1.7-1.8x the
+ * time at 8-32 requests, bench/attention_kernel.py). So the score pass asks for the K and V rows
+ * AHEAD rows on, and each task for its first AHEAD rows before it starts; -DAHEAD=0 builds without. */
+#ifndef AHEAD
+#define AHEAD 16
+#endif
+static inline void prefetch_row(const uint16_t *p, int n) {
+    for (int c = 0; AHEAD && c < n; c += 32) _mm_prefetch((const char *)(p + c), _MM_HINT_T0);
+}
+
 #define MAXG 16 /* query heads per KV head */
 #define MAXV 16 /* D / 16 */
 
@@ -76,6 +87,7 @@ static inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
         for (int i = 0; i < G; i++)                                                                             \
             for (int c = 0; c < 4; c++) a[i][c] = _mm512_setzero_ps();                                          \
         for (int64_t t = 0; t < len; t++) {                                                                     \
+            if (t + AHEAD < len) prefetch_row(v + (loc[t + AHEAD] * hkv + h) * 64, 64);                        \
             const uint16_t *vr = v + (loc[t] * hkv + h) * 64;                                                   \
             __m512 vv[4] = {load_bf16(vr), load_bf16(vr + 16), load_bf16(vr + 32), load_bf16(vr + 48)};         \
             for (int i = 0; i < G; i++) {                                                                       \
@@ -91,16 +103,48 @@ WEIGHTED_V(2)
 WEIGHTED_V(3)
 WEIGHTED_V(4)
 
+/* Scores of rows t..t+3 for G query heads: each K value converted once, G x 4 accumulators in registers. */
+#define SCORES4(G)                                                                                              \
+    static void scores4_##G(float *s, int64_t stride, int64_t t, const float *q, const uint16_t *const kr[4], int d) { \
+        __m512 a[G][4];                                                                                         \
+        for (int i = 0; i < G; i++)                                                                             \
+            for (int r = 0; r < 4; r++) a[i][r] = _mm512_setzero_ps();                                          \
+        for (int c = 0; c < d; c += 16) {                                                                       \
+            __m512 kv[4] = {load_bf16(kr[0] + c), load_bf16(kr[1] + c), load_bf16(kr[2] + c), load_bf16(kr[3] + c)}; \
+            for (int i = 0; i < G; i++) {                                                                       \
+                __m512 qv = _mm512_loadu_ps(q + i * d + c);                                                     \
+                for (int r = 0; r < 4; r++) a[i][r] = _mm512_fmadd_ps(qv, kv[r], a[i][r]);                      \
+            }                                                                                                   \
+        }                                                                                                       \
+        for (int i = 0; i < G; i++) _mm_storeu_ps(s + i * stride + t, reduce4(a[i][0], a[i][1], a[i][2], a[i][3])); \
+    }
+SCORES4(1)
+SCORES4(2)
+SCORES4(3)
+SCORES4(4)
+
 /* One (request, KV head): g query heads at q (rows D apart, already scaled), len rows. */
 static int one(uint16_t *out, const float *q, const uint16_t *k, const uint16_t *v, const int64_t *loc, int64_t len,
                int hkv, int h, int g, int d, int dv) {
     float *s = malloc(sizeof(float) * (size_t)g * (size_t)(len + 16));
     if (!s) return NO_MEMORY;
     int64_t stride = len + 16;
+    for (int64_t r = 0; r < AHEAD && r < len; r++) { /* the first rows, which the loops do not ask for */
+        prefetch_row(k + (loc[r] * hkv + h) * d, d);
+        prefetch_row(v + (loc[r] * hkv + h) * dv, dv);
+    }
     int64_t t = 0;
     for (; t + 4 <= len; t += 4) { /* scores, four rows at a time: one reduction tree for the four */
         const uint16_t *kr[4];
         for (int r = 0; r < 4; r++) kr[r] = k + (loc[t + r] * hkv + h) * d;
+        for (int r = 0; r < 4 && t + AHEAD + r < len; r++) {
+            prefetch_row(k + (loc[t + AHEAD + r] * hkv + h) * d, d);
+            prefetch_row(v + (loc[t + AHEAD + r] * hkv + h) * dv, dv);
+        }
+        if (g <= 4) {
+            (g == 1 ? scores4_1 : g == 2 ? scores4_2 : g == 3 ? scores4_3 : scores4_4)(s, stride, t, q, kr, d);
+            continue;
+        }
         for (int i = 0; i < g; i++) {
             __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
             for (int c = 0; c < d; c += 16) {

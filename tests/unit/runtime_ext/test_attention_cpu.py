@@ -1,7 +1,8 @@
 """The compiled decode attention (``runtime_ext/ops/attention_cpu``) against the torch path it replaces
 (``runtime_ext.attention.batched``: gather + SDPA) and against float64 attention, on a paged pool with
-mixed lengths, repeated and unordered locations, GQA groups of 1-3 and head dims 64/128. Each
-comparison checks the compiled loop ran (``CALLS``)."""
+mixed lengths, repeated and unordered locations, GQA groups of 1-4 (the loops unrolled per group
+size) and 6 (the general loop), head dims 16/64/128. Each comparison checks the compiled loop ran
+(``CALLS``)."""
 
 from __future__ import annotations
 
@@ -45,7 +46,9 @@ def test_the_compiled_loop_is_loaded_here():
     assert attention_cpu.status() == "native", attention_cpu.reason()
 
 
-@pytest.mark.parametrize(("hq", "hkv", "d"), [(9, 3, 64), (4, 4, 64), (4, 2, 64), (8, 2, 64), (8, 2, 128), (3, 1, 16)])
+@pytest.mark.parametrize(
+    ("hq", "hkv", "d"), [(9, 3, 64), (4, 4, 64), (4, 2, 64), (8, 2, 64), (8, 2, 128), (3, 1, 16), (12, 2, 64)]
+)
 @pytest.mark.parametrize("lens", [[1], [37, 5, 300, 16, 17]])
 def test_outputs_match_float64_attention_and_the_torch_path(hq, hkv, d, lens):
     q, k, v, rows = _case(len(lens) + hq, hq, hkv, d, lens)
