@@ -1,12 +1,13 @@
 """Grammar fast-forward vs step-by-step constrained decoding, in one run.
 
 Two in-process ``sglang.Engine`` workers on SmolLM2 (llguidance grammars, overlap schedule off,
-``grammar.fast_forward`` on in one, off in the other), driven alternately round by round so both
+``grammar.fast_forward`` on in one, with SGLang's mixed chunk as the service turns it on with it
+(``--no-mixed-chunk``: without), off in the other), driven alternately round by round so both
 see the same machine load. Workloads: ``tool_call`` (a call to one of three tools as a JSON
 schema: ``anyOf`` of ``{"name": const, "arguments": {...}}``) and ``json`` (a nested record with
 every property required), greedy, at concurrency 1 (requests one after another) and 8 (one batch
 of 8). Per cell: completion tok/s (median and min-max over rounds), the ratio, the share of
-completion tokens the grammar forced, decode forward passes, outputs valid against the schema and
+completion tokens the grammar forced, forward passes (all, and decode ones), outputs valid against the schema and
 outputs equal to step-by-step's.
 
     .venv/bin/python bench/structured_fast_forward.py --rounds 3
@@ -103,12 +104,12 @@ PROMPTS = {
 SCHEMAS = {"tool_call": TOOL_CALL, "json": RECORD}
 
 
-def worker(mode: str, model_dir: str, max_tokens: int, mixed_chunk: bool = False) -> None:
+def worker(mode: str, model_dir: str, max_tokens: int, mixed_chunk: bool = True) -> None:
     """Serve commands from stdin, one JSON line each: {"workload", "concurrency"}; answer one line."""
     sys.path.insert(0, str(ROOT))
     from tests.engine.sglang_fast_forward import fast_forward_report, start_engine
 
-    engine = start_engine(Path(model_dir), mode == "on", "bfloat16", enable_mixed_chunk=mixed_chunk)
+    engine = start_engine(Path(model_dir), mode == "on", "bfloat16", sglang_args={"enable_mixed_chunk": mixed_chunk})
     try:
         print("READY", flush=True)
         for line in sys.stdin:
@@ -136,6 +137,7 @@ def worker(mode: str, model_dir: str, max_tokens: int, mixed_chunk: bool = False
                         "texts": [o["text"] for o in outs],
                         "tokens": sum(o["meta_info"]["completion_tokens"] for o in outs),
                         "decode_steps": after["decode_steps"] - before["decode_steps"],
+                        "forwards": after["forward_passes"] - before["forward_passes"],
                         "forced": after["forced_tokens"] - before["forced_tokens"],
                         "ids": [o["output_ids"] for o in outs],
                         "top2": [
@@ -153,7 +155,7 @@ def worker(mode: str, model_dir: str, max_tokens: int, mixed_chunk: bool = False
 def start_worker(mode: str, args: argparse.Namespace) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
         [sys.executable, __file__, "--worker", mode, "--model", args.model, "--max-tokens", str(args.max_tokens)]
-        + (["--mixed-chunk"] if args.mixed_chunk else []),
+        + ([] if args.mixed_chunk else ["--no-mixed-chunk"]),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -196,8 +198,9 @@ def cell_row(workload: str, conc: int, runs: dict[str, list[dict[str, Any]]]) ->
         "on_spread": (min(rate["on"]), max(rate["on"])),
         "ratio": statistics.median(a / b for a, b in zip(rate["on"], rate["off"])),
         "forced_share": sum(r["forced"] for r in on) / sum(r["tokens"] for r in on),
-        "steps_off": statistics.median(r["decode_steps"] for r in off),
-        "steps_on": statistics.median(r["decode_steps"] for r in on),
+        "steps_off": statistics.median(r["forwards"] for r in off),
+        "steps_on": statistics.median(r["forwards"] for r in on),
+        "decode_on": statistics.median(r["decode_steps"] for r in on),
         "valid": sum(valid(t, SCHEMAS[workload]) for r in on for t in r["texts"]),
         "equal": sum(a == b for a, b in pairs),
         "n": len(pairs),
@@ -205,17 +208,17 @@ def cell_row(workload: str, conc: int, runs: dict[str, list[dict[str, Any]]]) ->
 
 
 def print_table(rows: list[dict[str, Any]], rounds: int) -> None:
-    print(f"\ncompletion tok/s, median (min-max) of {rounds} rounds; steps = decode forward passes per round")
+    print(f"\ncompletion tok/s, median (min-max) of {rounds} rounds; forward passes per round (decode ones)")
     print(
-        "| workload | conc | step-by-step tok/s | fast-forward tok/s | ratio | forced share | decode steps "
-        "off -> on | valid (ff) | equal to step-by-step |"
+        "| workload | conc | step-by-step tok/s | fast-forward tok/s | ratio | forced share | forward passes "
+        "off -> on (decode) | valid (ff) | equal to step-by-step |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
             f"| {r['workload']} | {r['conc']} | {r['off']:.1f} ({r['off_spread'][0]:.1f}-{r['off_spread'][1]:.1f}) "
             f"| {r['on']:.1f} ({r['on_spread'][0]:.1f}-{r['on_spread'][1]:.1f}) | {r['ratio']:.2f}x "
-            f"| {100 * r['forced_share']:.0f} % | {r['steps_off']:.0f} -> {r['steps_on']:.0f} "
+            f"| {100 * r['forced_share']:.0f} % | {r['steps_off']:.0f} -> {r['steps_on']:.0f} ({r['decode_on']:.0f}) "
             f"| {r['valid']}/{r['n']} | {r['equal']}/{r['n']} |"
         )
 
@@ -241,7 +244,10 @@ def main() -> None:
     parser.add_argument("--requests-c1", type=int, default=4, help="requests run one after another at concurrency 1")
     parser.add_argument("--model", default=None)
     parser.add_argument(
-        "--mixed-chunk", action="store_true", help="both engines mix extend steps with the running decodes (SGLang's)"
+        "--no-mixed-chunk",
+        dest="mixed_chunk",
+        action="store_false",
+        help="the fast-forward engine without SGLang's mixed chunk (the service turns it on with fast-forward)",
     )
     parser.add_argument("--worker", choices=["on", "off"], help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -251,7 +257,7 @@ def main() -> None:
 
         args.model = str(fetch().smollm2)
     if args.worker:
-        worker(args.worker, args.model, args.max_tokens, args.mixed_chunk)
+        worker(args.worker, args.model, args.max_tokens, args.mixed_chunk and args.worker == "on")
         return
     procs = {mode: start_worker(mode, args) for mode in ("off", "on")}
     cells = [(w, c) for w in ("tool_call", "json") for c in (1, 8)]

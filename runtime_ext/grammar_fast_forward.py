@@ -13,7 +13,10 @@ never asks. With ``RuntimeExtConfig.fast_forward`` on, an AFTER hook on
 - those requests leave the running batch the way SGLang retracts one, except that their
   computed KV is first inserted into the radix tree (``release_kv_cache(checkpoint=True)``), and
   go back to the waiting queue; the next prefill matches that prefix and computes the last sampled
-  token plus the forced span in one extend step, whose sampled token follows as usual.
+  token plus the forced span in one extend step, whose sampled token follows as usual. The service
+  turns SGLang's mixed chunk on with fast-forward (``service.startup.fast_forward_engine``): that
+  extend then carries the running decodes in the same forward pass instead of pausing them, and
+  the attention backend runs a short span's tokens as decode rows (``runtime_ext.attention.native``).
 
 What stays exact: the forced tokens are ordinary output tokens (streamed with the next chunk,
 counted as completion tokens, detokenized with the rest). A span never reaches ``max_new_tokens``
@@ -43,10 +46,13 @@ MIN_SPAN = 1
 
 @dataclass
 class FastForwardStats:
-    """This scheduler's counts: decode forward passes, spans appended and their tokens."""
+    """This scheduler's counts: forward passes (all, decode ones, extends that carried the running
+    decodes), spans appended and their tokens."""
 
     enabled: bool = False
+    forward_passes: int = 0
     decode_steps: int = 0
+    mixed_steps: int = 0
     spans: int = 0
     forced_tokens: int = 0
     inactive_reason: str = ""
@@ -144,7 +150,10 @@ def requeue(scheduler: Any, batch: Any, moved: list[int]) -> None:
 
 
 def after_batch_result(ret: Any, scheduler: Any, batch: Any, *_args: Any, **_kwargs: Any) -> Any:
-    """AFTER hook: count the decode step; with fast-forward on, append forced spans and requeue."""
+    """AFTER hook: count the step; after a decode step with fast-forward on, append forced spans
+    and requeue."""
+    STATS.forward_passes += 1
+    STATS.mixed_steps += batch.forward_mode.is_mixed()
     if not batch.forward_mode.is_decode():
         return ret
     STATS.decode_steps += 1

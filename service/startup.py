@@ -218,16 +218,23 @@ class EngineSetup:
 
 
 def fast_forward_engine(fast_forward: bool, engine: EngineSettings) -> EngineSettings:
-    """``engine`` with the overlap schedule off when grammar fast-forward is on: under overlap the
-    next decode step is already launched when a step's tokens are processed, so forced tokens
-    could not be appended before it runs (runtime_ext.grammar_fast_forward)."""
-    if not fast_forward or engine.disable_overlap_schedule:
+    """``engine`` as grammar fast-forward needs it (runtime_ext.grammar_fast_forward): the overlap
+    schedule off (under overlap the next decode step is already launched when a step's tokens are
+    processed, so forced tokens could not be appended before it runs) and SGLang's mixed chunk on
+    unless ``sglang_args`` says otherwise (a forced span's extend then carries the running decodes
+    instead of pausing them for a step)."""
+    if not fast_forward:
         return engine
-    log.warning(
-        "grammar.fast_forward: the overlap schedule is turned off (engine.disable_overlap_schedule: true): "
-        "forced tokens are appended between decode steps, which the overlap schedule runs back to back"
-    )
-    return engine.model_copy(update={"disable_overlap_schedule": True})
+    update: dict = {}
+    if not engine.disable_overlap_schedule:
+        log.warning(
+            "grammar.fast_forward: the overlap schedule is turned off (engine.disable_overlap_schedule: true): "
+            "forced tokens are appended between decode steps, which the overlap schedule runs back to back"
+        )
+        update["disable_overlap_schedule"] = True
+    if "enable_mixed_chunk" not in engine.sglang_args:
+        update["sglang_args"] = {**engine.sglang_args, "enable_mixed_chunk": True}
+    return engine.model_copy(update=update)
 
 
 def engine_setup(settings: Settings, info: ModelInfo) -> EngineSetup:

@@ -13,7 +13,10 @@ SGLang 0.5.23's ``TorchNativeAttnBackend`` has three costs we remove here:
    Rows a method stores Hadamard-rotated stay rotated: the query is rotated instead (and the
    output rotated back when V is), ``runtime_ext.kv_cache.rotation``.
 3. **Decode loops over the requests.** Here a decode step gathers (and, for C8, dequantizes)
-   the whole batch's rows once per layer and runs one attention call (``batched.py``).
+   the whole batch's rows once per layer and runs one attention call (``batched.py``). An
+   extend's short requests (at most ``SHORT_EXTEND`` new tokens: the running decodes a mixed
+   step carries, a grammar's forced span) join that call too, each new token as a row that
+   attends to its request's rows up to itself: what decoding the tokens one by one computes.
    ``RuntimeExtConfig.attention == "per_request"`` keeps the per-request loop, the reference
    the batched path is tested against (and the A/B arm of ``bench/decode_attention.py``).
 
@@ -23,6 +26,8 @@ backend (for A/B measurements).
 """
 
 from __future__ import annotations
+
+from itertools import accumulate
 
 import torch
 from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
@@ -36,12 +41,17 @@ from runtime_ext.ops import attention_cpu
 from runtime_ext.ops.kv_ref import take_rows
 from runtime_ext.state import AttentionStats
 
+SHORT_EXTEND = 16
+"""An extend request of at most this many new tokens runs as that many decode rows (longer ones:
+one SDPA per request, whose one pass over the rows beats reading them once per token)."""
+
 
 class StructserveNativeAttnBackend(TorchNativeAttnBackend):
     batched_decode = True  # False: the per-request reference loop (``attention: per_request``)
     stats = AttentionStats("structserve")  # the plugin's, once registered (counts decode calls per path)
     _decode_rows: tuple[object, list[int], DecodeRows] | None = None  # (forward batch, seq_lens, rows):
     # built by the first layer of a forward, reused by its other layers
+    _extend_plan: tuple | None = None  # (forward batch, query rows, pool rows, lengths) of its short extends
 
     def _plain(self, layer) -> bool:
         return (
@@ -105,27 +115,54 @@ class StructserveNativeAttnBackend(TorchNativeAttnBackend):
             o = rotation.rotate(o)
         return o.reshape(-1, layer.tp_q_head_num * layer.v_head_dim)
 
-    def _per_request(self, layer, forward_batch, new_lens: list[int], prefix_lens: list[int]):
-        """Each request's ``n`` new queries against its ``p + n`` rows, one request at a time."""
+    def _per_request(self, layer, forward_batch, new_lens: list[int], prefix_lens: list[int], skip=frozenset()):
+        """Each request's ``n`` new queries against its ``p + n`` rows, one request at a time
+        (the requests at the indices in ``skip`` left out: their outputs stay unwritten)."""
 
         def attention(q, read):
             o = q.new_empty((q.shape[0], layer.tp_q_head_num, layer.v_head_dim))
             req_to_token = self.req_to_token_pool.req_to_token
             start = 0
-            for row, n, p in zip(forward_batch.req_pool_indices.tolist(), new_lens, prefix_lens):
-                k, v = read(req_to_token[row, : p + n])
-                o[start : start + n] = self._attend(q[start : start + n], k, v, p, layer)
+            for i, (row, n, p) in enumerate(zip(forward_batch.req_pool_indices.tolist(), new_lens, prefix_lens)):
+                if i not in skip:
+                    k, v = read(req_to_token[row, : p + n])
+                    o[start : start + n] = self._attend(q[start : start + n], k, v, p, layer)
                 start += n
             return o
 
         return attention
 
-    def _rows(self, forward_batch, seq_lens: list[int]) -> DecodeRows:
+    def _extend(self, layer, forward_batch, new_lens: list[int], prefix_lens: list[int]):
+        """An extend batch: the new tokens of its short requests (``SHORT_EXTEND``) as rows of one
+        batched decode call, the others one request at a time."""
+        short = [i for i, n in enumerate(new_lens) if n <= SHORT_EXTEND] if self.batched_decode else []
+        if not short:
+            return self._per_request(layer, forward_batch, new_lens, prefix_lens)
+        plan = self._extend_plan
+        if plan is None or plan[0] is not forward_batch:
+            starts = list(accumulate(new_lens, initial=0))
+            tokens = [(i, t) for i in short for t in range(new_lens[i])]
+            at = torch.tensor([starts[i] + t for i, t in tokens])
+            pools = forward_batch.req_pool_indices[torch.tensor([i for i, _ in tokens])]
+            self._extend_plan = plan = (forward_batch, at, pools, [prefix_lens[i] + t + 1 for i, t in tokens])
+        _, at, pools, seq_lens = plan
+        rest = self._per_request(layer, forward_batch, new_lens, prefix_lens, skip=frozenset(short))
+        rows = self._batched_decode(layer, forward_batch, seq_lens, pools)
+        every = len(short) == len(new_lens)
+
+        def attention(q, read):
+            o = q.new_empty((q.shape[0], layer.tp_q_head_num, layer.v_head_dim)) if every else rest(q, read)
+            o[at] = rows(q[at], read)
+            return o
+
+        return attention
+
+    def _rows(self, forward_batch, seq_lens: list[int], pools) -> DecodeRows:
         """The batch's cache locations, built by a forward's first layer and reused by the others."""
         cached = self._decode_rows
         if cached is None or cached[0] is not forward_batch or cached[1] != seq_lens:
             req_to_token = self.req_to_token_pool.req_to_token
-            rows = DecodeRows.of(req_to_token, forward_batch.req_pool_indices, seq_lens)
+            rows = DecodeRows.of(req_to_token, pools, seq_lens)
             self._decode_rows = cached = (forward_batch, seq_lens, rows)
         return cached[2]
 
@@ -138,12 +175,13 @@ class StructserveNativeAttnBackend(TorchNativeAttnBackend):
         k, v = pool.get_key_buffer(layer.layer_id), pool.get_value_buffer(layer.layer_id)
         return attention_cpu.decode(q, k, v, rows.locs, rows.lens, layer.scaling)
 
-    def _batched_decode(self, layer, forward_batch, seq_lens: list[int]):
-        """One attention call for the whole decode batch: the compiled one over the pool in place,
-        else one gather and SDPA (``batched.py``)."""
+    def _batched_decode(self, layer, forward_batch, seq_lens: list[int], pools=None):
+        """One attention call for the whole decode batch (``pools``: each row's request, default the
+        batch's): the compiled one over the pool in place, else one gather and SDPA (``batched.py``)."""
+        pools = forward_batch.req_pool_indices if pools is None else pools
 
         def attention(q, read):
-            rows = self._rows(forward_batch, seq_lens)
+            rows = self._rows(forward_batch, seq_lens, pools)
             if (out := self._in_place(q, layer, rows)) is not None:
                 return out
             b, length = rows.shape
@@ -159,7 +197,7 @@ class StructserveNativeAttnBackend(TorchNativeAttnBackend):
         self._store(layer, forward_batch, k, v, save_kv_cache)
         new_lens = _cpu(forward_batch.extend_seq_lens_cpu, forward_batch.extend_seq_lens)
         prefix_lens = _cpu(forward_batch.extend_prefix_lens_cpu, forward_batch.extend_prefix_lens)
-        return self._run(q, layer, self._per_request(layer, forward_batch, new_lens, prefix_lens))
+        return self._run(q, layer, self._extend(layer, forward_batch, new_lens, prefix_lens))
 
     def forward_decode(self, q, k, v, layer, forward_batch, save_kv_cache=True):
         if not self._plain(layer) or forward_batch.encoder_lens is not None:

@@ -19,23 +19,31 @@ from pathlib import Path
 from typing import Any
 
 
-def start_engine(model_dir: Path, fast_forward: bool, dtype: str, max_running: int = 32, **engine: Any) -> Any:
-    """An in-process engine as the service would run it with ``grammar.fast_forward`` (``engine``:
-    more SGLang engine arguments)."""
+def start_engine(
+    model_dir: Path, fast_forward: bool, dtype: str, max_running: int = 32, sglang_args: dict | None = None
+) -> Any:
+    """An in-process engine as the service would run it with ``grammar.fast_forward`` (``sglang_args``:
+    the ``engine.sglang_args`` setting)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from runtime_ext.config import RuntimeExtConfig
     from service.engine import EngineOptions, prepare_process_env
     from service.settings import EngineSettings
+    from service.startup import fast_forward_engine
 
     settings = EngineSettings(
-        max_total_tokens=8192, page_size=1, disable_overlap_schedule=True, max_running_requests=max_running
+        max_total_tokens=8192,
+        page_size=1,
+        disable_overlap_schedule=True,
+        max_running_requests=max_running,
+        sglang_args=sglang_args or {},
     )
+    settings = fast_forward_engine(fast_forward, settings)  # mixed chunk with fast-forward, as the service
     prepare_process_env("cpu", settings)  # the service's environment and start method (fork on cpu)
     replace(RuntimeExtConfig.from_env(), fast_forward=fast_forward).export()
     import sglang
 
     options = EngineOptions(model_path=model_dir, dtype=dtype, engine=settings)
-    return sglang.Engine(**options.engine_kwargs(), grammar_backend="llguidance", **engine)
+    return sglang.Engine(**options.engine_kwargs(), grammar_backend="llguidance")
 
 
 def params(case: dict[str, Any]) -> dict[str, Any]:

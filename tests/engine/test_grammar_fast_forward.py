@@ -81,3 +81,5 @@ def test_fast_forward_same_outputs_fewer_decode_steps(assets):
     assert on_report["inactive_reason"] == "" and on_report["forced_tokens"] > 0
     assert off_report["spans"] == 0
     assert on_report["decode_steps"] < off_report["decode_steps"]
+    assert on_report["forward_passes"] < off_report["forward_passes"]
+    assert on_report["mixed_steps"] > 0 == off_report["mixed_steps"]  # spans rode along the running decodes

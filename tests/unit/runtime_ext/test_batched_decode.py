@@ -13,10 +13,11 @@ import torch
 from sglang.srt.layers.radix_attention import AttentionType
 from sglang.srt.mem_cache.memory_pool import KVWriteLoc, MHATokenToKVPool
 
-from runtime_ext.attention import batched
+from runtime_ext.attention import batched, native
 from runtime_ext.attention.native import StructserveNativeAttnBackend
 from runtime_ext.config import RuntimeExtConfig
 from runtime_ext.kv_cache.calibration import Calibration
+from runtime_ext.ops import attention_cpu
 
 HKV, G, D, LAYERS, SIZE = 2, 3, 64, 2, 1024
 LENS = [1, 150, 37, 5, 96, 120]  # request 5 shares request 4's first 80 rows (a prefix hit)
@@ -135,3 +136,47 @@ def test_padding_never_reaches_the_output():
     out = batched.attend(q, k[rows.locs], v[rows.locs], rows.valid, D**-0.5)
     k[0], v[0] = 1e4, -1e4  # what the padding rows read
     assert torch.equal(batched.attend(q, k[rows.locs], v[rows.locs], rows.valid, D**-0.5), out)
+
+
+def _extend(backend, forward, batched_decode: bool, q: torch.Tensor) -> list[torch.Tensor]:
+    backend.batched_decode = batched_decode
+    forward.extend_seq_lens = forward.extend_prefix_lens = None  # the host lists (``*_cpu``) are read
+    return [backend.forward_extend(q, None, None, layer, forward, save_kv_cache=False) for layer in _layers()]
+
+
+@pytest.mark.parametrize(("kind", "rotation"), [("bf16", "none"), ("c8_dynamic", "kv"), ("c8_static_residual", "none")])
+def test_short_extends_as_decode_rows_equal_the_per_request_loop(kind, rotation, tmp_path, monkeypatch):
+    """An extend batch (a mixed step: running decodes of one token, a forced span, prefills) gives
+    what the per-request loop gives: requests of at most SHORT_EXTEND new tokens run as decode rows
+    (a token against its request's rows up to itself), longer ones one request at a time."""
+    backend, forward = _filled_backend(_method(kind, rotation, tmp_path, monkeypatch))
+    new = [1, 5, 40, 1, 16, 17]  # rows 0 3 1 4 5 2 hold 1 5 150 96 120 37 tokens: the last `new` are new
+    assert sorted(n <= native.SHORT_EXTEND for n in new) == [False, False, True, True, True, True]
+    prefix = [int(n_all) - n for n_all, n in zip(forward.seq_lens.tolist(), new)]
+    extend = SimpleNamespace(**vars(forward), extend_seq_lens_cpu=new, extend_prefix_lens_cpu=prefix)
+    q = torch.randn(sum(new), HKV * G * D, generator=torch.Generator().manual_seed(3))
+    reference, fast = _extend(backend, extend, False, q), _extend(backend, extend, True, q)
+    for want, got in zip(reference, fast):
+        assert got.shape == want.shape == (sum(new), HKV * G * D)
+        assert torch.allclose(got, want, rtol=0, atol=1e-5), float((got - want).abs().max())
+
+
+def test_short_extends_run_the_compiled_decode_over_a_bf16_pool():
+    """Over a bf16 pool the short requests' rows go through the compiled decode attention, within
+    bf16 rounding of the per-request SDPA."""
+    if attention_cpu.status() != "native":
+        pytest.skip(f"no compiled attention here: {attention_cpu.reason()}")  # the CPU lacks AVX-512
+    backend, forward = _filled_backend(None)
+    pool = backend.token_to_kv_pool
+    for layer in range(LAYERS):
+        pool.k_buffer[layer], pool.v_buffer[layer] = pool.k_buffer[layer].bfloat16(), pool.v_buffer[layer].bfloat16()
+    pool.dtype = pool.store_dtype = torch.bfloat16
+    new = [1, 1, 1, 1, 3, 2]
+    prefix = [int(n_all) - n for n_all, n in zip(forward.seq_lens.tolist(), new)]
+    extend = SimpleNamespace(**vars(forward), extend_seq_lens_cpu=new, extend_prefix_lens_cpu=prefix)
+    q = torch.randn(sum(new), HKV * G * D, generator=torch.Generator().manual_seed(4)).bfloat16()
+    before = attention_cpu.CALLS[0]
+    fast = _extend(backend, extend, True, q)
+    assert attention_cpu.CALLS[0] == before + LAYERS
+    for want, got in zip(_extend(backend, extend, False, q), fast):
+        assert (got.float() - want.float()).abs().max().item() <= 2**-7 * want.float().abs().max().item() + 1e-3

@@ -35,3 +35,10 @@ def test_fast_forward_turns_the_overlap_schedule_off():
     assert engine.disable_overlap_schedule is False
     assert fast_forward_engine(True, engine).disable_overlap_schedule is True
     assert fast_forward_engine(False, engine).disable_overlap_schedule is False
+
+
+def test_fast_forward_mixes_extends_with_the_running_decodes_unless_told_not_to():
+    assert fast_forward_engine(True, EngineSettings()).sglang_args == {"enable_mixed_chunk": True}
+    assert fast_forward_engine(False, EngineSettings()).sglang_args == {}
+    told = EngineSettings(sglang_args={"enable_mixed_chunk": False, "log_requests": True})
+    assert fast_forward_engine(True, told).sglang_args == told.sglang_args
