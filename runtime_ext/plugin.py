@@ -196,7 +196,7 @@ def register() -> None:
     grammar_fast_forward.register(HookRegistry, HookType, config.fast_forward)  # forced tokens: no decode step
     kv_hooks.register(HookRegistry, HookType, state.kv_cache)  # kv_cache_dtype="c8_dynamic"
     decode_hooks.register(HookRegistry, HookType)  # bf16 linears (1-64 rows), lm_head, norms, seeded draws: compiled
-    native.register(state.attention)  # torch_native attention: new queries only, gathered KV rows, batched decode
+    native.register(state.attention, HookRegistry, HookType)  # torch_native: new queries only, batched decode
     quant_methods.register(HookRegistry, HookType, state.quant, config)  # quantization="structserve_w8a8_dynamic"..
     checkpoint_method.register(state.quant, config)  # msModelSlim-layout checkpoints (quant_model_description.json)
     prefix_backend.register(state.prefix_cache)  # radix_cache_backend="structserve_combined"

@@ -83,12 +83,14 @@ class PrefixStats:
 @dataclass
 class AttentionStats:
     """Which attention backend SGLang's ``torch_native`` name builds here (``structserve``,
-    ``per_request`` or ``sglang``: ``RuntimeExtConfig.attention``) and how many decode attention
-    calls (one per layer per step) took each of runtime_ext's paths."""
+    ``per_request`` or ``sglang``: ``RuntimeExtConfig.attention``), how many decode attention
+    calls (one per layer per step) took each of runtime_ext's paths, and how many extend tokens
+    ran as decode rows (a mixed step's running decodes, forced spans: ``attention.native``)."""
 
     impl: str = "sglang"
     batched_decode_calls: int = 0
     per_request_decode_calls: int = 0
+    extend_decode_rows: int = 0
 
     def report(self) -> dict[str, Any]:
         return asdict(self)

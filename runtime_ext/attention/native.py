@@ -14,9 +14,11 @@ SGLang 0.5.23's ``TorchNativeAttnBackend`` has three costs we remove here:
    output rotated back when V is), ``runtime_ext.kv_cache.rotation``.
 3. **Decode loops over the requests.** Here a decode step gathers (and, for C8, dequantizes)
    the whole batch's rows once per layer and runs one attention call (``batched.py``). An
-   extend's short requests (at most ``SHORT_EXTEND`` new tokens: the running decodes a mixed
-   step carries, a grammar's forced span) join that call too, each new token as a row that
-   attends to its request's rows up to itself: what decoding the tokens one by one computes.
+   extend's short requests that compute output tokens only (at most ``SHORT_EXTEND`` of them: the
+   running decodes a mixed step carries, a grammar's forced span) join that call too, each new
+   token as a row that attends to its request's rows up to itself: what decoding them one by one
+   computes. Prompt tokens always take the per-request path, so a prompt computes alike whether
+   the prefix cache held part of it or not (a seeded request repeats its text).
    ``RuntimeExtConfig.attention == "per_request"`` keeps the per-request loop, the reference
    the batched path is tested against (and the A/B arm of ``bench/decode_attention.py``).
 
@@ -42,8 +44,10 @@ from runtime_ext.ops.kv_ref import take_rows
 from runtime_ext.state import AttentionStats
 
 SHORT_EXTEND = 16
-"""An extend request of at most this many new tokens runs as that many decode rows (longer ones:
-one SDPA per request, whose one pass over the rows beats reading them once per token)."""
+"""An extend request of at most this many new output tokens runs as that many decode rows (longer
+ones: one SDPA per request, whose one pass over the rows beats reading them once per token)."""
+INIT_TARGET = "sglang.srt.model_executor.forward_batch_info.ForwardBatch.init_new"
+_MARKED: tuple[tuple[str, ...], list[bool]] | None = None  # the last extend's request ids and ``mark_outputs``
 
 
 class StructserveNativeAttnBackend(TorchNativeAttnBackend):
@@ -51,7 +55,7 @@ class StructserveNativeAttnBackend(TorchNativeAttnBackend):
     stats = AttentionStats("structserve")  # the plugin's, once registered (counts decode calls per path)
     _decode_rows: tuple[object, list[int], DecodeRows] | None = None  # (forward batch, seq_lens, rows):
     # built by the first layer of a forward, reused by its other layers
-    _extend_plan: tuple | None = None  # (forward batch, query rows, pool rows, lengths) of its short extends
+    _extend_plan: tuple | None = None  # (forward batch, its ``_short_rows``)
 
     def _plain(self, layer) -> bool:
         return (
@@ -133,20 +137,15 @@ class StructserveNativeAttnBackend(TorchNativeAttnBackend):
         return attention
 
     def _extend(self, layer, forward_batch, new_lens: list[int], prefix_lens: list[int]):
-        """An extend batch: the new tokens of its short requests (``SHORT_EXTEND``) as rows of one
-        batched decode call, the others one request at a time."""
-        short = [i for i, n in enumerate(new_lens) if n <= SHORT_EXTEND] if self.batched_decode else []
-        if not short:
-            return self._per_request(layer, forward_batch, new_lens, prefix_lens)
+        """An extend batch: the new tokens of its short requests of output tokens (``SHORT_EXTEND``,
+        ``mark_outputs``) as rows of one batched decode call, the others one request at a time."""
         plan = self._extend_plan
         if plan is None or plan[0] is not forward_batch:
-            starts = list(accumulate(new_lens, initial=0))
-            tokens = [(i, t) for i in short for t in range(new_lens[i])]
-            at = torch.tensor([starts[i] + t for i, t in tokens])
-            pools = forward_batch.req_pool_indices[torch.tensor([i for i, _ in tokens])]
-            self._extend_plan = plan = (forward_batch, at, pools, [prefix_lens[i] + t + 1 for i, t in tokens])
-        _, at, pools, seq_lens = plan
-        rest = self._per_request(layer, forward_batch, new_lens, prefix_lens, skip=frozenset(short))
+            self._extend_plan = plan = (forward_batch, self._short_rows(forward_batch, new_lens, prefix_lens))
+        if plan[1] is None:
+            return self._per_request(layer, forward_batch, new_lens, prefix_lens)
+        short, at, pools, seq_lens = plan[1]
+        rest = self._per_request(layer, forward_batch, new_lens, prefix_lens, skip=short)
         rows = self._batched_decode(layer, forward_batch, seq_lens, pools)
         every = len(short) == len(new_lens)
 
@@ -156,6 +155,21 @@ class StructserveNativeAttnBackend(TorchNativeAttnBackend):
             return o
 
         return attention
+
+    def _short_rows(self, forward_batch, new_lens: list[int], prefix_lens: list[int]):
+        """(requests, query rows, their pool rows, lengths) of an extend's short requests of output
+        tokens, or None when it has none (once per forward: every layer reuses it)."""
+        rids = tuple(forward_batch.rids or ())
+        outputs = _MARKED[1] if _MARKED is not None and _MARKED[0] == rids else [False] * len(new_lens)
+        short = [i for i, n in enumerate(new_lens) if n <= SHORT_EXTEND and outputs[i]] if self.batched_decode else []
+        if not short:
+            return None
+        starts = list(accumulate(new_lens, initial=0))
+        tokens = [(i, t) for i in short for t in range(new_lens[i])]
+        at = torch.tensor([starts[i] + t for i, t in tokens])
+        pools = forward_batch.req_pool_indices[torch.tensor([i for i, _ in tokens])]
+        self.stats.extend_decode_rows += len(tokens)
+        return frozenset(short), at, pools, [prefix_lens[i] + t + 1 for i, t in tokens]
 
     def _rows(self, forward_batch, seq_lens: list[int], pools) -> DecodeRows:
         """The batch's cache locations, built by a forward's first layer and reused by the others."""
@@ -220,7 +234,20 @@ def _cpu(host, device_tensor) -> list[int]:
     return host.tolist() if isinstance(host, torch.Tensor) else list(host)
 
 
-def register(stats: AttentionStats) -> None:
+def mark_outputs(forward_batch, _cls, batch, *_args, **_kwargs):
+    """AFTER hook on ``ForwardBatch.init_new``: for an extend, per request whether every new token
+    is an output token (its cached prefix covers the prompt: a mixed step's running decode, a
+    fast-forward span); only those may run as decode rows (``_extend``). Kept by request ids: the
+    model runner may copy the forward batch's fields into another object before the forward."""
+    global _MARKED
+    prefix_lens = forward_batch.extend_prefix_lens_cpu
+    if forward_batch.forward_mode.is_extend() and prefix_lens is not None and forward_batch.rids is not None:
+        marks = [len(req.origin_input_ids) <= p for req, p in zip(batch.reqs, list(prefix_lens))]
+        _MARKED = (tuple(forward_batch.rids), marks)
+    return forward_batch
+
+
+def register(stats: AttentionStats, hooks=None, hook_type=None) -> None:
     """Make SGLang's ``torch_native`` name build this backend (unless the config's attention is
     sglang); ``stats`` records which and counts its decode calls."""
     stats.impl = attention = RuntimeExtConfig.from_env().attention
@@ -228,6 +255,8 @@ def register(stats: AttentionStats) -> None:
         return
     StructserveNativeAttnBackend.batched_decode = attention != "per_request"
     StructserveNativeAttnBackend.stats = stats
+    if hooks is not None:
+        hooks.register(INIT_TARGET, mark_outputs, hook_type.AFTER)
     from sglang.srt.layers.attention import attention_registry
 
     attention_registry.ATTENTION_BACKENDS["torch_native"] = StructserveNativeAttnBackend

@@ -74,7 +74,7 @@ def fast_forward_report(engine: Any) -> dict[str, Any]:
     from runtime_ext.plugin import INTERNAL_STATE_KEY
 
     report: dict[str, Any] = engine.get_server_info()["internal_states"][0][INTERNAL_STATE_KEY]
-    return dict(report["fast_forward"])
+    return {**report["fast_forward"], "extend_decode_rows": report["attention"]["extend_decode_rows"]}
 
 
 def main() -> None:

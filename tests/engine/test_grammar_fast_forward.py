@@ -83,3 +83,4 @@ def test_fast_forward_same_outputs_fewer_decode_steps(assets):
     assert on_report["decode_steps"] < off_report["decode_steps"]
     assert on_report["forward_passes"] < off_report["forward_passes"]
     assert on_report["mixed_steps"] > 0 == off_report["mixed_steps"]  # spans rode along the running decodes
+    assert on_report["extend_decode_rows"] > off_report["extend_decode_rows"] == 0  # as decode rows

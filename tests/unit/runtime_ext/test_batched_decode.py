@@ -20,6 +20,7 @@ from runtime_ext.kv_cache.calibration import Calibration
 from runtime_ext.ops import attention_cpu
 
 HKV, G, D, LAYERS, SIZE = 2, 3, 64, 2, 1024
+RIDS = [f"request-{i}" for i in range(6)]
 LENS = [1, 150, 37, 5, 96, 120]  # request 5 shares request 4's first 80 rows (a prefix hit)
 
 
@@ -147,13 +148,14 @@ def _extend(backend, forward, batched_decode: bool, q: torch.Tensor) -> list[tor
 @pytest.mark.parametrize(("kind", "rotation"), [("bf16", "none"), ("c8_dynamic", "kv"), ("c8_static_residual", "none")])
 def test_short_extends_as_decode_rows_equal_the_per_request_loop(kind, rotation, tmp_path, monkeypatch):
     """An extend batch (a mixed step: running decodes of one token, a forced span, prefills) gives
-    what the per-request loop gives: requests of at most SHORT_EXTEND new tokens run as decode rows
-    (a token against its request's rows up to itself), longer ones one request at a time."""
+    what the per-request loop gives: requests of at most SHORT_EXTEND new output tokens run as
+    decode rows (a token against its request's rows up to itself), longer ones one at a time."""
     backend, forward = _filled_backend(_method(kind, rotation, tmp_path, monkeypatch))
     new = [1, 5, 40, 1, 16, 17]  # rows 0 3 1 4 5 2 hold 1 5 150 96 120 37 tokens: the last `new` are new
     assert sorted(n <= native.SHORT_EXTEND for n in new) == [False, False, True, True, True, True]
     prefix = [int(n_all) - n for n_all, n in zip(forward.seq_lens.tolist(), new)]
-    extend = SimpleNamespace(**vars(forward), extend_seq_lens_cpu=new, extend_prefix_lens_cpu=prefix)
+    extend = SimpleNamespace(**vars(forward), extend_seq_lens_cpu=new, extend_prefix_lens_cpu=prefix, rids=RIDS)
+    monkeypatch.setattr(native, "_MARKED", (tuple(RIDS), [True] * len(new)))  # all outputs (``mark_outputs``)
     q = torch.randn(sum(new), HKV * G * D, generator=torch.Generator().manual_seed(3))
     reference, fast = _extend(backend, extend, False, q), _extend(backend, extend, True, q)
     for want, got in zip(reference, fast):
@@ -161,9 +163,10 @@ def test_short_extends_as_decode_rows_equal_the_per_request_loop(kind, rotation,
         assert torch.allclose(got, want, rtol=0, atol=1e-5), float((got - want).abs().max())
 
 
-def test_short_extends_run_the_compiled_decode_over_a_bf16_pool():
-    """Over a bf16 pool the short requests' rows go through the compiled decode attention, within
-    bf16 rounding of the per-request SDPA."""
+def test_short_extends_of_outputs_run_the_compiled_decode_over_a_bf16_pool_and_prompts_do_not(monkeypatch):
+    """Over a bf16 pool the short requests of output tokens go through the compiled decode
+    attention, within bf16 rounding of the per-request SDPA; a short prompt extend (a prefix-cache
+    hit) never does, so a prompt computes alike with and without the cache."""
     if attention_cpu.status() != "native":
         pytest.skip(f"no compiled attention here: {attention_cpu.reason()}")  # the CPU lacks AVX-512
     backend, forward = _filled_backend(None)
@@ -173,10 +176,28 @@ def test_short_extends_run_the_compiled_decode_over_a_bf16_pool():
     pool.dtype = pool.store_dtype = torch.bfloat16
     new = [1, 1, 1, 1, 3, 2]
     prefix = [int(n_all) - n for n_all, n in zip(forward.seq_lens.tolist(), new)]
-    extend = SimpleNamespace(**vars(forward), extend_seq_lens_cpu=new, extend_prefix_lens_cpu=prefix)
+    extend = SimpleNamespace(**vars(forward), extend_seq_lens_cpu=new, extend_prefix_lens_cpu=prefix, rids=RIDS)
     q = torch.randn(sum(new), HKV * G * D, generator=torch.Generator().manual_seed(4)).bfloat16()
+    reference = _extend(backend, extend, False, q)
     before = attention_cpu.CALLS[0]
-    fast = _extend(backend, extend, True, q)
+    assert all(torch.equal(a, b) for a, b in zip(_extend(backend, extend, True, q), reference))  # prompts
+    assert attention_cpu.CALLS[0] == before
+    monkeypatch.setattr(native, "_MARKED", (tuple(RIDS), [True, True, False, True, True, True]))
+    fast = _extend(backend, SimpleNamespace(**vars(extend)), True, q)  # the next forward
     assert attention_cpu.CALLS[0] == before + LAYERS
-    for want, got in zip(_extend(backend, extend, False, q), fast):
+    for want, got in zip(reference, fast):
         assert (got.float() - want.float()).abs().max().item() <= 2**-7 * want.float().abs().max().item() + 1e-3
+
+
+def test_mark_outputs_flags_the_requests_whose_cached_prefix_covers_the_prompt(monkeypatch):
+    monkeypatch.setattr(native, "_MARKED", None)
+    reqs = [SimpleNamespace(origin_input_ids=[0] * n) for n in (10, 10, 7, 30)]
+    extend = SimpleNamespace(is_extend=lambda: True)
+    forward = SimpleNamespace(forward_mode=extend, extend_prefix_lens_cpu=[10, 9, 0, 31], rids=list("abcd"))
+    assert native.mark_outputs(forward, None, SimpleNamespace(reqs=reqs)) is forward
+    assert native._MARKED == (tuple("abcd"), [True, False, False, True])
+    decode = SimpleNamespace(
+        forward_mode=SimpleNamespace(is_extend=lambda: False), extend_prefix_lens_cpu=None, rids=["e"]
+    )
+    native.mark_outputs(decode, None, SimpleNamespace(reqs=reqs[:1]))
+    assert native._MARKED == (tuple("abcd"), [True, False, False, True])
