@@ -5,10 +5,11 @@ Two in-process ``sglang.Engine`` workers on SmolLM2 (llguidance grammars, overla
 (``--no-mixed-chunk``: without), off in the other), driven alternately round by round so both
 see the same machine load. Workloads: ``tool_call`` (a call to one of three tools as a JSON
 schema: ``anyOf`` of ``{"name": const, "arguments": {...}}``) and ``json`` (a nested record with
-every property required), greedy, at concurrency 1 (requests one after another) and 8 (one batch
-of 8). Per cell: completion tok/s (median and min-max over rounds), the ratio, the share of
-completion tokens the grammar forced, forward passes (all, and decode ones), outputs valid against the schema and
-outputs equal to step-by-step's.
+every property required), greedy, at concurrency 1 (requests one after another) and 8 (``--requests-c8``
+requests, 8 in flight: the next starts when one ends, as a server's clients do; ``--one-batch``: one
+batch of 8, which waits for its longest request). Per cell: completion tok/s (median and min-max
+over rounds), the ratio, the share of completion tokens the grammar forced, forward passes (all,
+and decode ones), outputs valid against the schema and outputs equal to step-by-step's.
 
     .venv/bin/python bench/structured_fast_forward.py --rounds 3
 """
@@ -102,6 +103,28 @@ PROMPTS = {
     ],
 }
 SCHEMAS = {"tool_call": TOOL_CALL, "json": RECORD}
+OPENINGS = ("", "Quick question. ", "Hi! ")  # more requests than prompts: the prompts again, opened otherwise
+
+
+def prompts_for(workload: str, n: int) -> list[str]:
+    base = PROMPTS[workload]
+    return [OPENINGS[(i // len(base)) % len(OPENINGS)] + base[i % len(base)] for i in range(n)]
+
+
+def in_flight(engine: Any, prompts: list[str], params: dict[str, Any], extra: dict[str, Any], width: int) -> list:
+    """Every prompt through ``engine.async_generate``, at most ``width`` at a time, in order."""
+    import asyncio
+
+    gate = asyncio.Semaphore(width)
+
+    async def one(prompt: str) -> Any:
+        async with gate:
+            return await engine.async_generate(prompt=prompt, sampling_params=params, **extra)
+
+    async def every() -> list:
+        return list(await asyncio.gather(*(one(p) for p in prompts)))
+
+    return asyncio.get_event_loop().run_until_complete(every())
 
 
 def worker(mode: str, model_dir: str, max_tokens: int, mixed_chunk: bool = True) -> None:
@@ -114,7 +137,7 @@ def worker(mode: str, model_dir: str, max_tokens: int, mixed_chunk: bool = True)
         print("READY", flush=True)
         for line in sys.stdin:
             cmd = json.loads(line)
-            prompts = PROMPTS[cmd["workload"]][: cmd["requests"]]
+            prompts = prompts_for(cmd["workload"], cmd["requests"])
             params = {
                 "temperature": 0,
                 "max_new_tokens": max_tokens,
@@ -125,8 +148,10 @@ def worker(mode: str, model_dir: str, max_tokens: int, mixed_chunk: bool = True)
             start = time.perf_counter()
             if cmd["concurrency"] == 1:
                 outs = [engine.generate(prompt=p, sampling_params=params, **extra) for p in prompts]
-            else:
+            elif cmd.get("one_batch"):
                 outs = engine.generate(prompt=prompts, sampling_params=[params] * len(prompts), **extra)
+            else:
+                outs = in_flight(engine, prompts, params, extra, cmd["concurrency"])
             seconds = time.perf_counter() - start
             after = fast_forward_report(engine)
             print(
@@ -223,13 +248,17 @@ def print_table(rows: list[dict[str, Any]], rounds: int) -> None:
         )
 
 
-def explain_differences(off: subprocess.Popen[str], cells: list[tuple[str, int]], runs: Any, requests_c1: int) -> None:
+def request(workload: str, conc: int, args: argparse.Namespace) -> dict[str, Any]:
+    n = args.requests_c1 if conc == 1 else 8 if args.one_batch else args.requests_c8
+    return {"workload": workload, "concurrency": conc, "requests": n, "one_batch": args.one_batch}
+
+
+def explain_differences(off: subprocess.Popen[str], cells: list[tuple[str, int]], runs: Any, args) -> None:
     """Each output of the last round that differs from step-by-step's: where, and how near a tie
     step-by-step's choice was there (``bench/fast_forward_ties.py``), from a re-run with logprobs."""
     print("\noutputs that differ from step-by-step (last round), with step-by-step's margin where they part:")
     for workload, conc in cells:
-        cmd = {"workload": workload, "concurrency": conc, "requests": requests_c1 if conc == 1 else 8}
-        again = ask(off, {**cmd, "diagnose": True})
+        again = ask(off, {**request(workload, conc, args), "diagnose": True})
         if again["texts"] != runs[(workload, conc)]["off"][-1]["texts"]:
             print(f"- {workload} at {conc}: step-by-step with logprobs wrote other texts; no margins")
             continue
@@ -242,6 +271,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--requests-c1", type=int, default=4, help="requests run one after another at concurrency 1")
+    parser.add_argument("--requests-c8", type=int, default=24, help="requests at concurrency 8, 8 in flight")
+    parser.add_argument("--one-batch", action="store_true", help="concurrency 8 as one batch of 8 requests")
     parser.add_argument("--model", default=None)
     parser.add_argument(
         "--no-mixed-chunk",
@@ -265,12 +296,12 @@ def main() -> None:
     try:
         for rnd in range(args.rounds):
             for workload, conc in cells:
-                cmd = {"workload": workload, "concurrency": conc, "requests": args.requests_c1 if conc == 1 else 8}
+                cmd = request(workload, conc, args)
                 order = ("off", "on") if rnd % 2 == 0 else ("on", "off")
                 for mode in order:
                     runs[(workload, conc)][mode].append(ask(procs[mode], cmd))
             print_table([cell_row(w, c, runs[(w, c)]) for w, c in cells], rnd + 1)  # so far
-        explain_differences(procs["off"], cells, runs, args.requests_c1)
+        explain_differences(procs["off"], cells, runs, args)
     finally:
         for proc in procs.values():
             proc.stdin.close()  # type: ignore[union-attr]
