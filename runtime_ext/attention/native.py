@@ -55,7 +55,7 @@ class StructserveNativeAttnBackend(TorchNativeAttnBackend):
     stats = AttentionStats("structserve")  # the plugin's, once registered (counts decode calls per path)
     _decode_rows: tuple[object, list[int], DecodeRows] | None = None  # (forward batch, seq_lens, rows):
     # built by the first layer of a forward, reused by its other layers
-    _extend_plan: tuple | None = None  # (forward batch, its ``_short_rows``)
+    _extend_plan: tuple | None = None  # (forward batch, its lengths and request ids, its ``_short_rows``)
 
     def _plain(self, layer) -> bool:
         return (
@@ -139,12 +139,13 @@ class StructserveNativeAttnBackend(TorchNativeAttnBackend):
     def _extend(self, layer, forward_batch, new_lens: list[int], prefix_lens: list[int]):
         """An extend batch: the new tokens of its short requests of output tokens (``SHORT_EXTEND``,
         ``mark_outputs``) as rows of one batched decode call, the others one request at a time."""
+        key = (new_lens, prefix_lens, forward_batch.rids)
         plan = self._extend_plan
-        if plan is None or plan[0] is not forward_batch:
-            self._extend_plan = plan = (forward_batch, self._short_rows(forward_batch, new_lens, prefix_lens))
-        if plan[1] is None:
+        if plan is None or plan[0] is not forward_batch or plan[1] != key:  # a runner may refill one object
+            self._extend_plan = plan = (forward_batch, key, self._short_rows(forward_batch, new_lens, prefix_lens))
+        if plan[2] is None:
             return self._per_request(layer, forward_batch, new_lens, prefix_lens)
-        short, at, pools, seq_lens = plan[1]
+        short, at, pools, seq_lens = plan[2]
         rest = self._per_request(layer, forward_batch, new_lens, prefix_lens, skip=short)
         rows = self._batched_decode(layer, forward_batch, seq_lens, pools)
         every = len(short) == len(new_lens)

@@ -201,3 +201,20 @@ def test_mark_outputs_flags_the_requests_whose_cached_prefix_covers_the_prompt(m
     )
     native.mark_outputs(decode, None, SimpleNamespace(reqs=reqs[:1]))
     assert native._MARKED == (tuple("abcd"), [True, False, False, True])
+
+
+def test_a_refilled_forward_batch_gets_a_new_plan(monkeypatch):
+    """A runner that refills one forward-batch object for the next forward gets that forward's
+    rows, not the last one's (the plan is keyed by the lengths and request ids too)."""
+    backend, forward = _filled_backend(None)
+    extend = SimpleNamespace(**vars(forward), rids=RIDS)
+    runs = []
+    for new in ([1, 5, 40, 1, 16, 17], [1, 1, 1, 1, 1, 1]):  # two forwards through one object
+        extend.extend_seq_lens_cpu = new
+        extend.extend_prefix_lens_cpu = [int(n_all) - n for n_all, n in zip(forward.seq_lens.tolist(), new)]
+        monkeypatch.setattr(native, "_MARKED", (tuple(RIDS), [True] * len(new)))
+        q = torch.randn(sum(new), HKV * G * D, generator=torch.Generator().manual_seed(5))
+        runs.append((SimpleNamespace(**vars(extend)), q, _extend(backend, extend, True, q)))
+    for filled, q, fast in runs:
+        want = _extend(backend, filled, False, q)
+        assert all(torch.allclose(a, b, rtol=0, atol=1e-5) for a, b in zip(fast, want))
