@@ -6,9 +6,12 @@ scheduler, the front (HTTP + SGLang's tokenizer manager: one process) and the de
 (``--nonblocking``: the processes are never paused). The decode steps in the window come from
 runtime_ext's own counter (``structserve_attention_decode_calls`` / layers), so
 
-    ms per step = wall / steps, split by the scheduler's samples (``bench/step_cost_rules.py``):
-    model forward (attention, linear + MLP, logits, sampling, other) vs the scheduler's own
-    Python (batch + KV alloc, output processing, grammar, request intake, other) vs idle.
+    ms per step = wall / steps = busy + idle, where busy = the scheduler main thread's CPU time
+    over the load (``/proc``) / steps, split by the shares of its busy py-spy samples
+    (``bench/step_cost_rules.py``): model forward (attention, linear + MLP, logits, sampling,
+    other) vs the scheduler's own Python (batch + KV alloc, output processing, grammar, request
+    intake, other). py-spy runs from 1 s before the load to after it, so its idle samples are not
+    the load's.
 
 Each process's CPU time over the window (cores busy, from ``/proc``) is printed beside it: on 2
 cores the front and the detokenizer compete with the scheduler for CPU. HF ``generate`` on the
@@ -67,6 +70,12 @@ def processes(server: subprocess.Popen) -> dict[str, int]:
     return found
 
 
+def thread_cpu(pid: int, tid: int) -> float:
+    """CPU seconds thread ``tid`` of process ``pid`` has run (user + system)."""
+    fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def decode_calls(base: str) -> float:
     text = httpx.get(f"{base}/metrics", timeout=10).text
     return sum(
@@ -100,14 +109,17 @@ def one_round(base: str, model: str, pids: dict[str, int], texts: list[str], c: 
     cpu0 = {name: sum(p.cpu_times()[:2]) for name, p in procs.items()}
     spies = sample(pids, out, args.rate)
     before = decode_calls(base)
+    main0 = thread_cpu(pids["scheduler"], pids["scheduler"])  # its event loop runs on the main thread
     result = asyncio.run(run_level(base, model, texts, c, args.max_tokens))
+    main_s = thread_cpu(pids["scheduler"], pids["scheduler"]) - main0
     steps = (decode_calls(base) - before) / LAYERS
     stacks = collect(spies, out)
     cpu = {name: sum(p.cpu_times()[:2]) - cpu0[name] for name, p in procs.items()}
     parts, idle = shares(main_thread(stacks["scheduler"]))
     ms = 1000 * result.wall_s / max(steps, 1)
-    row = {p: parts[p] * ms for p in PARTS}
-    row["idle"] = idle * ms
+    busy_ms = min(ms, 1000 * main_s / max(steps, 1))
+    row = {p: parts[p] / max(1 - idle, 1e-9) * busy_ms for p in PARTS}  # shares of the busy samples
+    row["idle"] = ms - busy_ms
     row["ms/step"] = ms
     row["tok/s"] = result.completion_tokens / result.wall_s
     window = result.wall_s + 1.0  # py-spy attaches 1 s before the load (CPU time is counted from there)
