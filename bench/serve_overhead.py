@@ -2,9 +2,10 @@
 
 Starts, on 127.0.0.1 with identical engine settings: ``python -m sglang.launch_server``
 with runtime_ext disabled (the anchor: upstream as shipped), the same with runtime_ext
-loaded through its entry point, ``structserve serve`` (bf16 KV) and ``structserve serve``
-with the C8-D cache. Sends each the same streamed greedy chat requests (prompts cut from
-real text) and prints, per concurrency, the median over ``--rounds`` alternating rounds of TTFT p50
+loaded through its entry point, ``structserve serve`` (bf16 KV), ``structserve serve``
+with the C8-D cache and with W8A8 linear layers (``bench/servers.SERVERS``; ``--servers`` picks).
+Sends each the same streamed greedy chat requests (prompts cut from real text) and prints, per
+concurrency, the median over ``--rounds`` alternating rounds of TTFT p50
 and output tokens/s with their min–max, ratios of the medians to the anchor, and the share
 of greedy completions identical to the anchor's; the same prompts also go through HF
 transformers ``generate`` (batch = concurrency, greedy, in this process, every server frozen),

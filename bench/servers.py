@@ -102,6 +102,7 @@ SERVERS = {  # name -> (command builder, extra env, readiness path)
     "SGLang+plugin": ("sglang", {}, "/health_generate"),
     "structserve": ("ours", {}, "/ready"),
     "structserve C8-D": ("ours", {"STRUCTSERVE_KV_CACHE": "c8_dynamic"}, "/ready"),
+    "structserve W8A8": ("ours", {"STRUCTSERVE_QUANTIZATION": "w8a8_dynamic"}, "/ready"),
     "structserve strict": ("ours", {"STRUCTSERVE_GRAMMAR__JSON_SCHEMA_SEMANTICS": "strict"}, "/ready"),
 }
 ANCHOR = "SGLang"
