@@ -233,6 +233,7 @@ def fast_forward_engine(fast_forward: bool, engine: EngineSettings) -> EngineSet
         )
         update["disable_overlap_schedule"] = True
     if "enable_mixed_chunk" not in engine.sglang_args:
+        log.info("grammar.fast_forward: SGLang's mixed chunk is on: a forced span's extend carries the running decodes")
         update["sglang_args"] = {**engine.sglang_args, "enable_mixed_chunk": True}
     return engine.model_copy(update=update)
 
