@@ -248,16 +248,16 @@ def mark_outputs(forward_batch, _cls, batch, *_args, **_kwargs):
     return forward_batch
 
 
-def register(stats: AttentionStats, hooks=None, hook_type=None) -> None:
+def register(stats: AttentionStats, hooks, hook_type) -> None:
     """Make SGLang's ``torch_native`` name build this backend (unless the config's attention is
-    sglang); ``stats`` records which and counts its decode calls."""
+    sglang) and mark extends' output-only requests (``mark_outputs``); ``stats`` records which and
+    counts its decode calls."""
     stats.impl = attention = RuntimeExtConfig.from_env().attention
     if attention == "sglang":
         return
     StructserveNativeAttnBackend.batched_decode = attention != "per_request"
     StructserveNativeAttnBackend.stats = stats
-    if hooks is not None:
-        hooks.register(INIT_TARGET, mark_outputs, hook_type.AFTER)
+    hooks.register(INIT_TARGET, mark_outputs, hook_type.AFTER)
     from sglang.srt.layers.attention import attention_registry
 
     attention_registry.ATTENTION_BACKENDS["torch_native"] = StructserveNativeAttnBackend

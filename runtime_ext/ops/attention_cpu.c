@@ -66,7 +66,7 @@ static inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
 }
 
 /* A request's rows sit in pages scattered over the pool, each row's head a slice of it: the hardware
- * prefetchers do not follow them, and the two passes waited on memory for every row (1.7-1.8x the
+ * prefetchers do not follow them, and the two passes waited on memory for every row (1.8-1.9x the
  * time at 8-32 requests, bench/attention_kernel.py). So the score pass asks for the K and V rows
  * AHEAD rows on, and each task for its first AHEAD rows before it starts; -DAHEAD=0 builds without. */
 #ifndef AHEAD
@@ -87,7 +87,6 @@ static inline void prefetch_row(const uint16_t *p, int n) {
         for (int i = 0; i < G; i++)                                                                             \
             for (int c = 0; c < 4; c++) a[i][c] = _mm512_setzero_ps();                                          \
         for (int64_t t = 0; t < len; t++) {                                                                     \
-            if (t + AHEAD < len) prefetch_row(v + (loc[t + AHEAD] * hkv + h) * 64, 64);                        \
             const uint16_t *vr = v + (loc[t] * hkv + h) * 64;                                                   \
             __m512 vv[4] = {load_bf16(vr), load_bf16(vr + 16), load_bf16(vr + 32), load_bf16(vr + 48)};         \
             for (int i = 0; i < G; i++) {                                                                       \

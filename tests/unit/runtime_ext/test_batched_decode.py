@@ -18,6 +18,7 @@ from runtime_ext.attention.native import StructserveNativeAttnBackend
 from runtime_ext.config import RuntimeExtConfig
 from runtime_ext.kv_cache.calibration import Calibration
 from runtime_ext.ops import attention_cpu
+from tests import cpu_flags
 
 HKV, G, D, LAYERS, SIZE = 2, 3, 64, 2, 1024
 RIDS = [f"request-{i}" for i in range(6)]
@@ -163,12 +164,12 @@ def test_short_extends_as_decode_rows_equal_the_per_request_loop(kind, rotation,
         assert torch.allclose(got, want, rtol=0, atol=1e-5), float((got - want).abs().max())
 
 
+@pytest.mark.skipif(not cpu_flags.has("avx512f"), reason="this CPU lacks AVX-512: the compiled attention is not built")
 def test_short_extends_of_outputs_run_the_compiled_decode_over_a_bf16_pool_and_prompts_do_not(monkeypatch):
     """Over a bf16 pool the short requests of output tokens go through the compiled decode
     attention, within bf16 rounding of the per-request SDPA; a short prompt extend (a prefix-cache
     hit) never does, so a prompt computes alike with and without the cache."""
-    if attention_cpu.status() != "native":
-        pytest.skip(f"no compiled attention here: {attention_cpu.reason()}")  # the CPU lacks AVX-512
+    assert attention_cpu.status() == "native", attention_cpu.reason()
     backend, forward = _filled_backend(None)
     pool = backend.token_to_kv_pool
     for layer in range(LAYERS):
